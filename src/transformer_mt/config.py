@@ -1,0 +1,289 @@
+"""Typed, validated configuration: YAML files, presets and dotted overrides.
+
+A config has four sections, each a frozen dataclass: `model`, `data`, `train` and
+`decode`. Every mistake a user can make in a YAML file (an unknown key, a wrong type, an
+impossible value) raises `ConfigError` at load time with a message that names the key and
+says what is allowed, so a run never dies an hour in because of a typo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+class ConfigError(ValueError):
+    """A user mistake in a configuration: the message says which key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of the Transformer (paper Table 3 names)."""
+
+    n_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8
+    dropout: float = 0.1
+    norm_first: bool = True
+    tie_embeddings: bool = True
+    share_vocab: bool = True
+    max_len: int = 1024
+    src_vocab_size: int = 0
+    tgt_vocab_size: int = 0
+
+    def validate(self) -> None:
+        _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
+        _require(self.d_model >= 1, "model.d_model", "must be positive")
+        _require(self.d_ff >= 1, "model.d_ff", "must be positive")
+        _require(self.n_heads >= 1, "model.n_heads", "must be at least 1")
+        _require(
+            self.d_model % self.n_heads == 0,
+            "model.d_model",
+            f"must be divisible by model.n_heads ({self.d_model} % {self.n_heads} != 0)",
+        )
+        _require(0.0 <= self.dropout < 1.0, "model.dropout", "must be in [0, 1)")
+        _require(self.max_len >= 2, "model.max_len", "must be at least 2")
+        _require(self.src_vocab_size >= 0, "model.src_vocab_size", "must be >= 0 (0 = from the tokenizer)")
+        _require(self.tgt_vocab_size >= 0, "model.tgt_vocab_size", "must be >= 0 (0 = from the tokenizer)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it is cut into subwords and batches."""
+
+    task: str = ""
+    task_size: int = 20000
+    train_src: str = ""
+    train_tgt: str = ""
+    valid_src: str = ""
+    valid_tgt: str = ""
+    test_src: str = ""
+    test_tgt: str = ""
+    vocab_size: int = 8000
+    vocab_type: str = "bpe"
+    max_tokens: int = 4096
+    max_len: int = 250
+    max_len_ratio: float = 3.0
+
+    def validate(self) -> None:
+        _require(self.task in ("", "numbers", "copy"), "data.task", "must be '', 'numbers' or 'copy'")
+        _require(self.task_size >= 10, "data.task_size", "must be at least 10")
+        _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
+        _require(self.vocab_type in ("bpe", "unigram"), "data.vocab_type", "must be 'bpe' or 'unigram'")
+        _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
+        _require(self.max_len >= 1, "data.max_len", "must be positive")
+        _require(self.max_len_ratio >= 1.0, "data.max_len_ratio", "must be >= 1")
+        if not self.task:
+            _require(bool(self.train_src and self.train_tgt), "data.train_src",
+                     "set data.train_src and data.train_tgt, or a built-in data.task")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The paper's training recipe (section 5) plus the knobs a small machine needs."""
+
+    seed: int = 1
+    lr_scale: float = 1.0
+    warmup_steps: int = 4000
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    label_smoothing: float = 0.1
+    max_steps: int = 100000
+    max_seconds: float = 0.0
+    accumulate: int = 1
+    clip_norm: float = 0.0
+    precision: str = "bf16"
+    device: str = "auto"
+    log_every: int = 50
+    valid_every: int = 1000
+    patience: int = 0
+    early_stop_metric: str = "bleu"
+    keep_last: int = 5
+
+    def validate(self) -> None:
+        _require(self.lr_scale > 0, "train.lr_scale", "must be positive")
+        _require(self.warmup_steps >= 1, "train.warmup_steps", "must be at least 1")
+        _require(all(0 <= b < 1 for b in self.adam_betas), "train.adam_betas", "both must be in [0, 1)")
+        _require(self.adam_eps > 0, "train.adam_eps", "must be positive")
+        _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing", "must be in [0, 1)")
+        _require(self.max_steps >= 1, "train.max_steps", "must be at least 1")
+        _require(self.max_seconds >= 0, "train.max_seconds", "must be >= 0 (0 = no time limit)")
+        _require(self.accumulate >= 1, "train.accumulate", "must be at least 1")
+        _require(self.clip_norm >= 0, "train.clip_norm", "must be >= 0 (0 = no clipping)")
+        _require(self.precision in ("bf16", "fp32"), "train.precision", "must be 'bf16' or 'fp32'")
+        _require(self.log_every >= 1, "train.log_every", "must be at least 1")
+        _require(self.valid_every >= 1, "train.valid_every", "must be at least 1")
+        _require(self.patience >= 0, "train.patience", "must be >= 0 (0 = no early stopping)")
+        _require(self.early_stop_metric in ("bleu", "chrf", "loss"), "train.early_stop_metric",
+                 "must be 'bleu', 'chrf' or 'loss'")
+        _require(self.keep_last >= 1, "train.keep_last", "must be at least 1")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How translations are searched for (section 6.1: beam 4, alpha 0.6, max source + 50)."""
+
+    beam: int = 4
+    length_penalty: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    batch_tokens: int = 4096
+
+    def validate(self) -> None:
+        _require(self.beam >= 1, "decode.beam", "must be at least 1")
+        _require(self.length_penalty >= 0, "decode.length_penalty", "must be >= 0")
+        _require(self.max_len_a >= 0, "decode.max_len_a", "must be >= 0")
+        _require(self.max_len_b >= 1, "decode.max_len_b", "must be at least 1")
+        _require(self.batch_tokens >= 1, "decode.batch_tokens", "must be positive")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole experiment: model sizes, data, training recipe and decoding."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def validate(self) -> None:
+        for section in (self.model, self.data, self.train, self.decode):
+            section.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["train"]["adam_betas"] = list(self.train.adam_betas)
+        return out
+
+
+def _require(ok: bool, key: str, what: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {what}")
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    """Check `value` against the type `hint`; allow int -> float and list -> tuple."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError(f"{key}: expected a list of {len(args)} numbers, got {value!r}")
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+        if value is None:
+            return ""
+    name = getattr(hint, "__name__", str(hint))
+    raise ConfigError(f"{key}: expected {name}, got {value!r} ({type(value).__name__})")
+
+
+def _build_section(cls: type, values: Any, section: str) -> Any:
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(
+                f"{section}.{key}: unknown key{hint}; allowed: {', '.join(allowed)}"
+            )
+        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
+    return cls(**kwargs)
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+def config_from_dict(raw: Any) -> Config:
+    """Build and validate a Config from a nested dict (as read from YAML)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping with sections {', '.join(SECTIONS)}, got {raw!r}")
+    for key in raw:
+        if key not in SECTIONS:
+            raise ConfigError(f"{key}: unknown section; allowed: {', '.join(SECTIONS)}")
+    cfg = Config(**{name: _build_section(cls, raw.get(name), name) for name, cls in SECTIONS.items()})
+    cfg.validate()
+    return cfg
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A config file path, or the name of a preset in configs/ ('small', 'base', ...)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    preset = CONFIG_DIR / f"{name_or_path}.yaml"
+    if preset.is_file():
+        return preset
+    presets = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    raise ConfigError(f"{name_or_path}: no such config file or preset; presets: {', '.join(presets)}")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'--train.lr_scale=2' or 'train.lr_scale=2' -> (['train', 'lr_scale'], 2)."""
+    body = text[2:] if text.startswith("--") else text
+    if "=" not in body:
+        raise ConfigError(f"{text}: overrides look like --section.key=value")
+    dotted, value = body.split("=", 1)
+    parts = dotted.split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"{text}: overrides look like --section.key=value (e.g. --train.max_steps=100)")
+    return parts, yaml.safe_load(value) if value else ""
+
+
+def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a YAML config (or preset), apply dotted overrides, validate."""
+    path = resolve_config_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    raw = raw if raw is not None else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
+    for text in overrides:
+        (section, key), value = parse_override(text)
+        entry = raw.setdefault(section, {})
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{section}: expected a mapping of keys")
+        entry[key] = value
+    try:
+        return config_from_dict(raw)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    """Write the resolved config as YAML (what a run directory keeps)."""
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """dataclasses.replace, re-exported so callers need one import."""
+    return dataclasses.replace(cfg, **changes)
+

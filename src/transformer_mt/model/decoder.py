@@ -1,0 +1,85 @@
+"""The decoder: a stack of N identical layers with a third, cross-attention sub-layer
+(section 3.1), and the incremental state that makes step-by-step decoding cheap."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from transformer_mt.model.attention import AttentionCache, MultiHeadAttention
+from transformer_mt.model.layers import PositionwiseFeedForward, SublayerConnection
+
+# One entry per layer: {"self": AttentionCache, "cross": AttentionCache}.
+DecoderCache = list[dict[str, AttentionCache]]
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, attention over the encoder output, feed-forward."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool = True) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.src_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayer = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(3))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        tgt_mask: torch.Tensor | None,
+        cache: dict[str, AttentionCache] | None = None,
+    ) -> torch.Tensor:
+        self_cache = cross_cache = None
+        if cache is not None:
+            self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
+        x = self.sublayer[0](
+            x, lambda y: self.self_attn(y, mask=tgt_mask, is_causal=True, cache=self_cache)
+        )
+        x = self.sublayer[1](x, lambda y: self.src_attn(y, memory, mask=src_mask, cache=cross_cache))
+        return self.sublayer[2](x, self.feed_forward)
+
+
+class Decoder(nn.Module):
+    """N DecoderLayers; with pre-norm a final LayerNorm normalises the last layer's output."""
+
+    def __init__(self, layer_args: dict, n_layers: int, norm_first: bool = True) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(norm_first=norm_first, **layer_args) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(layer_args["d_model"]) if norm_first else nn.Identity()
+
+    def init_cache(self) -> DecoderCache:
+        """An empty incremental state: filled by `forward(..., cache=...)` one step at a time."""
+        return [{} for _ in self.layers]
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        tgt_mask: torch.Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, d_model) embedded target; memory (B, S, d_model); src_mask (B, 1, 1, S);
+        tgt_mask (B, 1, T, T) or None (then the subsequent mask alone, which is exact for
+        right-padded targets). With `cache`, x holds only the new positions."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i])
+        return self.norm(x)
+
+
+def cache_length(cache: DecoderCache) -> int:
+    """How many target positions the cache already holds."""
+    first = cache[0].get("self", {}) if cache else {}
+    return first["k"].size(2) if "k" in first else 0
+
+
+def reorder_cache(cache: DecoderCache, index: torch.Tensor) -> DecoderCache:
+    """Select rows of every cached tensor (beam search keeps the hypotheses it extends)."""
+    return [
+        {name: {key: t.index_select(0, index) for key, t in part.items()} for name, part in layer.items()}
+        for layer in cache
+    ]

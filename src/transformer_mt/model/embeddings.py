@@ -1,0 +1,61 @@
+"""Input embeddings and the sinusoidal positional encoding (paper sections 3.4 and 3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class Embeddings(nn.Module):
+    """Token lookup multiplied by sqrt(d_model) (section 3.4).
+
+    The scale keeps embeddings (initialised with variance ~1/d_model by Xavier) on the
+    same footing as the positional encodings, whose entries lie in [-1, 1].
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None) -> None:
+        super().__init__()
+        self.lut = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.d_model = d_model
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # (B, T) -> (B, T, d_model)
+        return self.lut(tokens) * self.scale
+
+
+def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
+    """The (max_len, d_model) table of section 3.5:
+
+        PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+    Dimensions 2i and 2i+1 share one frequency.
+    """
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)[:, : d_model // 2]
+    return pe.float()
+
+
+class PositionalEncoding(nn.Module):
+    """Adds the sinusoidal encoding to the embeddings, then applies dropout (section 5.4)."""
+
+    def __init__(self, d_model: int, dropout: float, max_len: int = 1024) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""
+        length = x.size(1)
+        if offset + length > self.pe.size(0):
+            raise ValueError(
+                f"sequence of {offset + length} positions is longer than the model's "
+                f"maximum of {self.pe.size(0)} (model.max_len)"
+            )
+        return self.dropout(x + self.pe[offset : offset + length].to(x.dtype))

@@ -1,0 +1,40 @@
+"""The encoder: a stack of N identical layers (section 3.1)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from transformer_mt.model.attention import MultiHeadAttention
+from transformer_mt.model.layers import PositionwiseFeedForward, SublayerConnection
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then a feed-forward network, each wrapped in a SublayerConnection."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool = True) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayer = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, mask=src_mask))
+        return self.sublayer[1](x, self.feed_forward)
+
+
+class Encoder(nn.Module):
+    """N EncoderLayers; with pre-norm a final LayerNorm normalises the last layer's output."""
+
+    def __init__(self, layer_args: dict, n_layers: int, norm_first: bool = True) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(norm_first=norm_first, **layer_args) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(layer_args["d_model"]) if norm_first else nn.Identity()
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
+        """x (B, S, d_model), src_mask (B, 1, 1, S) -> (B, S, d_model)."""
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x)

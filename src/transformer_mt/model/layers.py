@@ -1,0 +1,42 @@
+"""Position-wise feed-forward network and the residual sub-layer connection (section 3.3, 5.4)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (equation 2), applied to each position."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+
+
+class SublayerConnection(nn.Module):
+    """A residual connection around a sub-layer, with layer normalisation and dropout.
+
+    norm_first=False is the paper's post-norm:  LayerNorm(x + Dropout(Sublayer(x)))
+    norm_first=True is the pre-norm of the Annotated Transformer: x + Dropout(Sublayer(LayerNorm(x))),
+    which trains more stably without a long warmup (the stack then ends with a LayerNorm).
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool = True) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
