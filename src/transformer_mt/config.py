@@ -17,10 +17,12 @@ from typing import Any
 
 import yaml
 
+from transformer_mt.errors import UserError
+
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A user mistake in a configuration: the message says which key and what is allowed."""
 
 

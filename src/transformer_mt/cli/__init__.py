@@ -1,0 +1,76 @@
+"""The `transformer-mt` command line: one sub-command per job.
+
+    transformer-mt demo | train | vocab | average | translate | evaluate | plot | serve
+
+Each sub-command lives in a module of this package with a `register(subparsers)`
+function. User mistakes (`UserError`) print one line and exit with code 2; no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from transformer_mt import __version__
+from transformer_mt.errors import UserError
+
+COMMAND_MODULES = ("train", "translate", "viz")
+
+
+class OneLineLogFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return prefix + record.getMessage()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="transformer-mt",
+        description="The Transformer of 'Attention Is All You Need' for machine translation.",
+    )
+    parser.add_argument("--version", action="version", version=f"transformer-mt {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"transformer_mt.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not hasattr(args, "overrides"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if hasattr(args, "overrides"):
+        args.overrides = list(args.overrides) + extra
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineLogFormatter())
+    logger = logging.getLogger("transformer_mt")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.WARNING if args.quiet else logging.INFO)
+    logger.propagate = False
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"transformer-mt {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"transformer-mt {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 1
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (so `--beam 0` fails at parse time)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value

@@ -1,0 +1,52 @@
+"""Greedy decoding: at every step take the most probable next token."""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_mt.model.masks import padding_mask
+from transformer_mt.model.transformer import EncoderDecoder
+
+
+def max_lengths(src_lengths: torch.Tensor, a: float, b: int) -> torch.Tensor:
+    """Longest output allowed per sentence: a * source length + b (paper: source + 50)."""
+    return (src_lengths.float() * a).long() + b
+
+
+@torch.inference_mode()
+def greedy_decode(
+    model: EncoderDecoder,
+    src: torch.Tensor,
+    max_len: torch.Tensor | int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    use_cache: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode a batch of sources (B, S) greedily.
+
+    `max_len` is an int or a (B,) tensor of per-sentence limits (eos not counted).
+    Returns tokens (B, T): each row the output followed by eos (unless it hit its limit),
+    then padding; and scores (B,): the summed log-probabilities of the emitted tokens.
+    With `use_cache` each step feeds only the newest token and reuses the keys and values
+    of earlier steps; without it every step re-runs the decoder on the whole prefix."""
+    batch = src.size(0)
+    limits = torch.as_tensor(max_len, device=src.device).expand(batch) + 1  # + eos
+    src_mask = padding_mask(src, pad_id)
+    memory = model.encode(src, src_mask)
+    cache = model.decoder.init_cache() if use_cache else None
+    ys = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
+    scores = torch.zeros(batch, device=src.device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    for step in range(int(limits.max())):
+        step_input = ys[:, -1:] if use_cache else ys
+        states = model.decode(memory, src_mask, step_input, cache=cache)
+        log_probs = model.generator(states[:, -1])
+        best, token = log_probs.max(dim=-1)
+        token = token.masked_fill(finished, pad_id)
+        scores += best.masked_fill(finished, 0.0)
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        finished |= (token == eos_id) | (step + 1 >= limits)
+        if finished.all():
+            break
+    return ys[:, 1:], scores

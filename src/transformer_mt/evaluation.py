@@ -1,0 +1,51 @@
+"""Scores: sacreBLEU BLEU and chrF with their signatures, exact match, perplexity.
+
+All scoring goes through here so that training validation, `evaluate` and the
+benchmarks compute BLEU the same way."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sacrebleu.metrics import BLEU, CHRF
+
+
+@dataclass
+class Scores:
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+    exact_match: float
+    bleu_lc_tok: float | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def score(hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False) -> Scores:
+    """Corpus BLEU (cased, 13a) and chrF of detokenized hypotheses against one reference
+    each; `lowercase_tokenized` adds BLEU --lowercase --tokenize 13a."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    bleu, chrf = BLEU(), CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / max(len(references), 1)
+    lc = None
+    if lowercase_tokenized:
+        lc = BLEU(lowercase=True, tokenize="13a").corpus_score(hypotheses, [references]).score
+    return Scores(
+        bleu=bleu_score.score,
+        chrf=chrf_score.score,
+        bleu_signature=str(bleu.get_signature()),
+        chrf_signature=str(chrf.get_signature()),
+        exact_match=exact,
+        bleu_lc_tok=lc,
+    )
+
+
+def perplexity(loss_per_token: float) -> float:
+    """exp of the mean cross entropy per target token (in nats), capped to stay finite."""
+    return math.exp(min(loss_per_token, 100.0))

@@ -1,0 +1,131 @@
+"""The whole model: embeddings, encoder, decoder and generator (paper figure 1)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_mt.config import ModelConfig
+from transformer_mt.model.attention import MultiHeadAttention
+from transformer_mt.model.decoder import Decoder, DecoderCache, cache_length
+from transformer_mt.model.embeddings import Embeddings, PositionalEncoding
+from transformer_mt.model.encoder import Encoder
+
+
+class Generator(nn.Module):
+    """The final linear projection and softmax that turn decoder states into
+    next-token log-probabilities (section 3.4)."""
+
+    def __init__(self, d_model: int, vocab_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, vocab_size)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) -> unnormalised scores (B, T, vocab); the loss takes these."""
+        return self.proj(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) -> log-probabilities (B, T, vocab)."""
+        return F.log_softmax(self.proj(x).float(), dim=-1)
+
+
+class EncoderDecoder(nn.Module):
+    """A standard encoder-decoder: encode the source once, decode the target against it."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        decoder: Decoder,
+        src_embed: Embeddings,
+        tgt_embed: Embeddings,
+        generator: Generator,
+        positional: PositionalEncoding,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.src_embed = src_embed
+        self.tgt_embed = tgt_embed
+        self.generator = generator
+        self.positional = positional
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
+        """src (B, S) token ids, src_mask (B, 1, 1, S) -> memory (B, S, d_model)."""
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)
+
+    def decode(
+        self,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        tgt: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> torch.Tensor:
+        """tgt (B, T) token ids -> decoder states (B, T, d_model).
+
+        With `cache`, `tgt` holds only the newest position(s); keys and values of the
+        earlier ones come from the cache, so each step costs one position, not all."""
+        offset = cache_length(cache) if cache is not None else 0
+        x = self.positional(self.tgt_embed(tgt), offset=offset)
+        return self.decoder(x, memory, src_mask, tgt_mask, cache)
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Teacher-forced pass: decoder states (B, T, d_model) for every target position.
+        Apply `generator` (log-probs) or `generator.logits` (for the loss) on top."""
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    def set_store_attention(self, on: bool) -> None:
+        """Keep every attention module's weights after each call (for plots)."""
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.store_attention = on
+                module.attn = None
+
+
+def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
+    """Build and initialise a Transformer from a ModelConfig.
+
+    Tying (section 3.4): the generator shares its weight with the target embedding when
+    `tie_embeddings`; the source embedding shares it too when `share_vocab`. Every matrix
+    gets Xavier-uniform init, the tied embedding included (a default N(0, 1) embedding
+    multiplied by sqrt(d_model) swamps the positional encoding and training stalls)."""
+    src_vocab = cfg.src_vocab_size
+    tgt_vocab = cfg.tgt_vocab_size
+    if src_vocab < 1 or tgt_vocab < 1:
+        raise ValueError("model.src_vocab_size and model.tgt_vocab_size must be set (from the tokenizer)")
+    if cfg.share_vocab and src_vocab != tgt_vocab:
+        raise ValueError(f"share_vocab needs equal vocabularies, got {src_vocab} and {tgt_vocab}")
+    layer_args = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout)
+    tgt_embed = Embeddings(tgt_vocab, cfg.d_model, padding_idx=None)
+    src_embed = tgt_embed if cfg.share_vocab else Embeddings(src_vocab, cfg.d_model)
+    generator = Generator(cfg.d_model, tgt_vocab)
+    model = EncoderDecoder(
+        Encoder(layer_args, cfg.n_layers, cfg.norm_first),
+        Decoder(layer_args, cfg.n_layers, cfg.norm_first),
+        src_embed,
+        tgt_embed,
+        generator,
+        PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_len),
+    )
+    initialize(model)
+    if cfg.tie_embeddings:
+        generator.proj.weight = tgt_embed.lut.weight
+    return model
+
+
+def initialize(model: nn.Module) -> None:
+    """Xavier-uniform for every matrix (W^Q, W^K, W^V each on its own), zero biases."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.reset_parameters()
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.xavier_uniform_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)

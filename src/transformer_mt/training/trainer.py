@@ -1,0 +1,294 @@
+"""The training loop (paper section 5): batches of ~N tokens, Adam with warmup and
+inverse-square-root decay, label smoothing, gradient accumulation, bf16 autocast,
+validation with BLEU, early stopping and checkpoints that resume exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from transformer_mt.config import Config
+from transformer_mt.data.batching import BatchStream
+from transformer_mt.data.dataset import EncodedData
+from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
+from transformer_mt.evaluation import perplexity, score
+from transformer_mt.model.transformer import EncoderDecoder
+from transformer_mt.run import RunDir
+from transformer_mt.training.checkpoint import (
+    atomic_torch_save, list_checkpoints, load_checkpoint, prune_checkpoints, save_weights,
+)
+from transformer_mt.training.loss import LabelSmoothingLoss
+from transformer_mt.training.schedule import make_optimizer, make_scheduler
+
+
+@dataclass
+class TrainState:
+    """What, besides weights and optimizer, a resumed run must continue from."""
+
+    step: int = 0
+    train_seconds: float = 0.0
+    best: float | None = None
+    bad_validations: int = 0
+    history: list[dict] = field(default_factory=list)
+
+
+def rng_state() -> dict:
+    state = {
+        "python": random.getstate(),
+        "numpy": _numpy_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(_as_python_state(state["python"]))
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _numpy_state() -> tuple:
+    """NumPy's RNG state as plain Python values (loadable with weights_only=True)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return name, keys.tolist(), int(pos), int(has_gauss), float(gauss)
+
+
+def _as_python_state(state) -> tuple:
+    """random.setstate needs tuples; a checkpoint may give lists back."""
+    version, internal, gauss = state
+    return version, tuple(internal), gauss
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Trains an EncoderDecoder on encoded data and writes a run directory.
+
+    Only rank 0 writes files; under DDP every rank validates the same weights, so all
+    ranks reach the same early-stopping decisions."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        run: RunDir,
+        model: EncoderDecoder,
+        tokenizer: Tokenizer,
+        data: EncodedData,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
+        progress: bool = True,
+    ) -> None:
+        self.cfg, self.run, self.tokenizer, self.data = cfg, run, tokenizer, data
+        self.device, self.rank, self.world_size = device, rank, world_size
+        self.model = model.to(device)
+        self.wrapped: nn.Module = self.model
+        if world_size > 1:
+            self.wrapped = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None
+            )
+        self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
+        self.scheduler = make_scheduler(self.optimizer, cfg.model.d_model, cfg.train)
+        self.criterion = LabelSmoothingLoss(len(tokenizer), PAD_ID, cfg.train.label_smoothing)
+        self.batches = BatchStream(data.train_src, data.train_tgt, cfg.data.max_tokens,
+                                   cfg.train.seed, rank, world_size)
+        self.state = TrainState()
+        self.progress = progress and rank == 0
+        self._writer = None
+
+    # ---- one optimizer step -------------------------------------------------------
+    def autocast(self):
+        if self.cfg.train.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def train_step(self) -> dict[str, float]:
+        """Forward/backward `accumulate` batches, then one Adam step. The loss is summed
+        over tokens and divided by the token count of all accumulated batches, so the
+        result equals one big batch."""
+        self.wrapped.train()
+        batches = [next(self.batches).to(self.device) for _ in range(self.cfg.train.accumulate)]
+        n_tokens = sum(b.n_tokens for b in batches)
+        total = 0.0
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            sync = nullcontext() if last or self.world_size == 1 else self.wrapped.no_sync()
+            with sync:
+                with self.autocast():
+                    states = self.wrapped(batch.src, batch.tgt_in, batch.src_mask)
+                    logits = self.model.generator.logits(states)
+                loss = self.criterion(logits, batch.tgt_out) / n_tokens
+                loss.backward()
+            total += loss.item()
+        grad_norm = 0.0
+        if self.cfg.train.clip_norm > 0:
+            grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm))
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": total, "lr": lr, "tokens": n_tokens, "grad_norm": grad_norm}
+
+    # ---- validation ---------------------------------------------------------------
+    @torch.no_grad()
+    def validation_loss(self) -> float:
+        """Mean unsmoothed cross entropy per target token (nats) on the validation set."""
+        self.model.eval()
+        total, tokens = 0.0, 0
+        valid = BatchStream(self.data.valid_src, self.data.valid_tgt, self.cfg.data.max_tokens, 0)
+        for _ in range(len(valid)):
+            batch = next(valid).to(self.device)
+            with self.autocast():
+                logits = self.model.generator.logits(self.model(batch.src, batch.tgt_in, batch.src_mask))
+            total += nn.functional.cross_entropy(
+                logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+            ).item()
+            tokens += batch.n_tokens
+        return total / max(tokens, 1)
+
+    def validate(self) -> dict[str, float]:
+        from transformer_mt.translator import Translator
+
+        if self.data.valid is None:
+            return {}
+        loss = self.validation_loss()
+        translator = Translator(self.model, self.tokenizer, self.cfg.decode, self.device)
+        with self.autocast():
+            hypotheses = translator.translate(self.data.valid.src)
+        scores = score(hypotheses, self.data.valid.tgt)
+        self.model.train()
+        return {"valid_loss": loss, "valid_ppl": perplexity(loss), "bleu": scores.bleu,
+                "chrf": scores.chrf, "exact_match": scores.exact_match}
+
+    def _improved(self, result: dict[str, float]) -> bool:
+        metric = self.cfg.train.early_stop_metric
+        value = result["valid_loss"] if metric == "loss" else result[metric]
+        value = -value if metric == "loss" else value
+        if self.state.best is None or value > self.state.best:
+            self.state.best, self.state.bad_validations = value, 0
+            return True
+        self.state.bad_validations += 1
+        return False
+
+    # ---- files (rank 0 only) ------------------------------------------------------
+    def log(self, event: dict) -> None:
+        if self.rank != 0:
+            return
+        self.run.root.mkdir(parents=True, exist_ok=True)
+        with open(self.run.metrics, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(event) + "\n")
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run.tensorboard))
+        for key, value in event.items():
+            if key not in ("step", "event") and isinstance(value, (int, float)):
+                self._writer.add_scalar(f"{event['event']}/{key}", value, event["step"])
+        self._writer.flush()
+
+    def checkpoint_state(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "batches": self.batches.state_dict(),
+            "rng": rng_state(),
+            "trainer": self.state.__dict__,
+        }
+
+    def save(self) -> None:
+        if self.rank != 0:
+            return
+        path = self.run.checkpoints / f"step_{self.state.step}.pt"
+        atomic_torch_save(self.checkpoint_state(), path)
+        prune_checkpoints(self.run.checkpoints, self.cfg.train.keep_last)
+
+    def resume(self) -> bool:
+        """Continue from the newest checkpoint of the run, if there is one."""
+        found = list_checkpoints(self.run.checkpoints)
+        if not found:
+            return False
+        state = load_checkpoint(found[-1])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.batches.load_state_dict(state["batches"])
+        self.state = TrainState(**state["trainer"])
+        set_rng_state(state["rng"])
+        return True
+
+    # ---- the loop -----------------------------------------------------------------
+    def _should_stop(self) -> bool:
+        t = self.cfg.train
+        return (
+            self.state.step >= t.max_steps
+            or (t.max_seconds > 0 and self.state.train_seconds >= t.max_seconds)
+            or (t.patience > 0 and self.state.bad_validations >= t.patience)
+        )
+
+    def _end_of_interval(self) -> None:
+        """Validate, keep the best weights, checkpoint."""
+        result = self.validate()
+        if result:
+            improved = self._improved(result)
+            event = {"event": "valid", "step": self.state.step, **result, "best": improved}
+            self.state.history.append(event)
+            self.log(event)
+            if improved and self.rank == 0:
+                save_weights(self.model, self.run.best)
+        elif self.rank == 0:
+            save_weights(self.model, self.run.best)
+        self.save()
+
+    def train(self) -> TrainState:
+        """Train until max_steps, max_seconds or early stopping; return the final state."""
+        t = self.cfg.train
+        bar = tqdm(total=t.max_steps, initial=self.state.step, disable=not self.progress,
+                   desc="train", unit="step", dynamic_ncols=True)
+        window_tokens, window_start = 0, time.perf_counter()
+        last_interval = self.state.step
+        while not self._should_stop():
+            start = time.perf_counter()
+            stats = self.train_step()
+            self.state.train_seconds += time.perf_counter() - start
+            self.state.step += 1
+            window_tokens += stats["tokens"]
+            bar.update(1)
+            if self.state.step % t.log_every == 0 or self.state.step == 1:
+                tok_s = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}", tok_s=f"{tok_s:.0f}")
+                self.log({"event": "train", "step": self.state.step, "loss": stats["loss"],
+                          "ppl": perplexity(stats["loss"]), "lr": stats["lr"], "tokens_per_s": tok_s,
+                          "train_seconds": self.state.train_seconds})
+                window_tokens, window_start = 0, time.perf_counter()
+            if self.state.step % t.valid_every == 0:
+                self._end_of_interval()
+                last_interval = self.state.step
+                window_start = time.perf_counter()
+            if not math.isfinite(stats["loss"]):
+                raise FloatingPointError(f"loss became {stats['loss']} at step {self.state.step}; "
+                                         "lower train.lr_scale or enable train.clip_norm")
+        if self.state.step != last_interval:
+            self._end_of_interval()
+        bar.close()
+        if self._writer is not None:
+            self._writer.close()
+        return self.state
