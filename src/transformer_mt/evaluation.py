@@ -24,12 +24,17 @@ class Scores:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-def score(hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False) -> Scores:
-    """Corpus BLEU (cased, 13a) and chrF of detokenized hypotheses against one reference
-    each; `lowercase_tokenized` adds BLEU --lowercase --tokenize 13a."""
+def score(
+    hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False, tokenize: str = "13a"
+) -> Scores:
+    """Corpus BLEU (cased, `tokenize`, 13a by default) and chrF of detokenized hypotheses
+    against one reference each; `lowercase_tokenized` adds BLEU --lowercase --tokenize 13a.
+
+    `tokenize="char"` scores character n-grams: the right choice when outputs are single
+    words, such as the German number phrases of the demo, where word 4-grams never exist."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    bleu, chrf = BLEU(), CHRF()
+    bleu, chrf = BLEU(tokenize=tokenize), CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / max(len(references), 1)

@@ -78,7 +78,7 @@ def run_demo(args: argparse.Namespace) -> int:
              time.perf_counter() - start)
     test = read_parallel(*(RunDir(out).data / f"test.{side}" for side in ("src", "tgt")))
     hypotheses = Translator.from_run(out).translate(test.src)
-    scores = score(hypotheses, test.tgt)
+    scores = score(hypotheses, test.tgt, tokenize="char")
     for src, hyp, ref in list(zip(test.src, hypotheses, test.tgt))[:5]:
         mark = "ok " if hyp == ref else "BAD"
         print(f"{mark} {src}\n    -> {hyp}\n    ref {ref}")

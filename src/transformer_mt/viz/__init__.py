@@ -1,0 +1,27 @@
+"""Figures (matplotlib, Agg) of every mechanism of the model and of a trained run:
+positional encodings, masks, learning-rate schedule, label smoothing, training curves and
+attention heatmaps. Each `*_figure` function returns a Figure; `save_figure` writes it as
+PNG or SVG."""
+
+from transformer_mt.viz.attention import (
+    KINDS,
+    AttentionMaps,
+    attention_grid_figure,
+    attention_head_figure,
+    attention_maps,
+)
+from transformer_mt.viz.curves import curves_figure, read_metrics
+from transformer_mt.viz.figure import DPI, new_figure, pixel_size, save_figure
+from transformer_mt.viz.mechanisms import (
+    PieceBatch,
+    encodings_figure,
+    masks_figure,
+    schedule_figure,
+    smoothing_figure,
+)
+
+__all__ = [
+    "DPI", "KINDS", "AttentionMaps", "PieceBatch", "attention_grid_figure", "attention_head_figure",
+    "attention_maps", "curves_figure", "encodings_figure", "masks_figure", "new_figure", "pixel_size",
+    "read_metrics", "save_figure", "schedule_figure", "smoothing_figure",
+]

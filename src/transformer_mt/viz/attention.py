@@ -1,0 +1,186 @@
+"""Where every head looks: attention weights of one sentence, and their figures.
+
+`attention_maps` translates a sentence (or takes a given translation), then runs one
+teacher-forced pass with `store_attention` on, so every MultiHeadAttention keeps its
+weights: encoder self-attention, decoder self-attention and cross-attention, for every
+layer and head. Rows are queries, columns are keys, and every row sums to 1.
+
+Layers and heads are numbered from 1 in figures, the CLI and the web page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.decoding.greedy import greedy_decode, max_lengths
+from transformer_mt.errors import UserError
+from transformer_mt.model.masks import padding_mask
+from transformer_mt.viz.figure import new_figure
+
+KINDS = ("encoder", "decoder", "cross")
+TITLES = {
+    "encoder": "Encoder self-attention",
+    "decoder": "Decoder self-attention (masked)",
+    "cross": "Cross-attention (decoder looks at the source)",
+}
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Attention of one sentence pair. S = source subwords + eos, T = output subwords
+    (+ eos when the translation finished).
+
+    encoder (L, H, S, S), decoder (L, H, T, T), cross (L, H, T, S). The decoder query at
+    position t reads `target_in[t]` and produces `target[t]`."""
+
+    source: list[str]
+    target_in: list[str]
+    target: list[str]
+    translation: str
+    encoder: torch.Tensor
+    decoder: torch.Tensor
+    cross: torch.Tensor
+
+    @property
+    def n_layers(self) -> int:
+        return self.encoder.size(0)
+
+    @property
+    def n_heads(self) -> int:
+        return self.encoder.size(1)
+
+    def weights(self, kind: str) -> torch.Tensor:
+        """(L, H, rows, columns) of `kind`: encoder, decoder or cross."""
+        if kind not in KINDS:
+            raise UserError(f"attention kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        return getattr(self, kind)
+
+    def labels(self, kind: str) -> tuple[list[str], list[str], str, str]:
+        """(row labels, column labels, row axis name, column axis name) of `kind`."""
+        if kind == "encoder":
+            return self.source, self.source, "source subword (query)", "source subword (key)"
+        if kind == "decoder":
+            return self.target_in, self.target_in, "decoder input (query)", "decoder input (key)"
+        return self.target, self.source, "producing target subword", "source subword"
+
+    def check_layer_head(self, layer: int, head: int) -> None:
+        """UserError unless 1 <= layer <= L and 1 <= head <= H."""
+        if not 1 <= layer <= self.n_layers:
+            raise UserError(f"--layer must be between 1 and {self.n_layers}, got {layer}")
+        if not 1 <= head <= self.n_heads:
+            raise UserError(f"--head must be between 1 and {self.n_heads}, got {head}")
+
+
+def _source_ids(translator, sentence: str) -> list[int]:
+    if not sentence.strip():
+        raise UserError("the sentence to show attention for is empty")
+    ids = translator.tokenizer.encode([sentence])[0][: translator.max_source]
+    return ids + [EOS_ID]
+
+
+def _greedy_output(translator, src: torch.Tensor) -> list[int]:
+    cfg = translator.decode_cfg
+    limit = max_lengths((src != PAD_ID).sum(1), cfg.max_len_a, cfg.max_len_b).clamp(max=translator.max_source)
+    tokens, _ = greedy_decode(translator.model, src, limit, BOS_ID, EOS_ID, PAD_ID)
+    return [i for i in tokens[0].tolist() if i != PAD_ID]
+
+
+def _stacked(modules: list[torch.nn.Module]) -> torch.Tensor:
+    """The stored (1, H, Tq, Tk) weights of each module -> (L, H, Tq, Tk) float32 on cpu."""
+    return torch.stack([m.attn[0].float().cpu() for m in modules])
+
+
+def attention_maps(translator, sentence: str, translation: str | None = None) -> AttentionMaps:
+    """Attention weights of `sentence` and its translation by `translator` (a Translator).
+
+    Without `translation` the sentence is translated greedily first; with it, that text
+    (for example a beam-search result) is the target the decoder is forced along."""
+    model = translator.model
+    src = torch.tensor([_source_ids(translator, sentence)], device=translator.device)
+    if translation is None:
+        output = _greedy_output(translator, src)
+    else:
+        output = translator.tokenizer.encode([translation])[0][: translator.max_source] + [EOS_ID]
+    if not output:
+        output = [EOS_ID]
+    tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=translator.device)
+    model.set_store_attention(True)
+    try:
+        with torch.inference_mode():
+            model(src, tgt_in, padding_mask(src, PAD_ID))
+        encoder = _stacked([layer.self_attn for layer in model.encoder.layers])
+        decoder = _stacked([layer.self_attn for layer in model.decoder.layers])
+        cross = _stacked([layer.src_attn for layer in model.decoder.layers])
+    finally:
+        model.set_store_attention(False)
+    pieces = translator.tokenizer.id_to_piece
+    return AttentionMaps(
+        source=pieces(src[0].tolist()),
+        target_in=pieces(tgt_in[0].tolist()),
+        target=pieces(output),
+        translation=translator.tokenizer.decode([output])[0],
+        encoder=encoder,
+        decoder=decoder,
+        cross=cross,
+    )
+
+
+def _heatmap(ax: Axes, weights: torch.Tensor, rows: list[str], cols: list[str], fontsize: float) -> object:
+    image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=fontsize)
+    ax.set_yticks(range(len(rows)), rows, fontsize=fontsize)
+    return image
+
+
+def _cell_inches(maps: AttentionMaps) -> float:
+    longest = max(len(maps.source), len(maps.target), len(maps.target_in))
+    return min(6.0, max(2.6, 0.22 * longest + 1.2))
+
+
+def attention_grid_figure(maps: AttentionMaps, kind: str) -> Figure:
+    """One heatmap per (layer, head) of `kind`: layers are rows, heads are columns."""
+    weights = maps.weights(kind)
+    rows, cols, row_name, col_name = maps.labels(kind)
+    cell = _cell_inches(maps)
+    fig = new_figure(cell * maps.n_heads + 1.2, cell * maps.n_layers + 1.0,
+                     f"{TITLES[kind]}: {maps.n_layers} layers x {maps.n_heads} heads")
+    axes = fig.subplots(maps.n_layers, maps.n_heads, squeeze=False)
+    fontsize = 7 if max(len(rows), len(cols)) <= 20 else 5
+    image = None
+    for layer in range(maps.n_layers):
+        for head in range(maps.n_heads):
+            ax = axes[layer][head]
+            image = _heatmap(ax, weights[layer, head], rows, cols, fontsize)
+            ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
+            if head == 0:
+                ax.set_ylabel(row_name, fontsize=8)
+            if layer == maps.n_layers - 1:
+                ax.set_xlabel(col_name, fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    return fig
+
+
+def attention_head_figure(maps: AttentionMaps, kind: str, layer: int, head: int) -> Figure:
+    """One large heatmap of `kind` for `layer` and `head` (numbered from 1), with the
+    weights written in the cells when the sentence is short."""
+    maps.check_layer_head(layer, head)
+    weights = maps.weights(kind)[layer - 1, head - 1]
+    rows, cols, row_name, col_name = maps.labels(kind)
+    side = min(12.0, max(5.0, 0.35 * max(len(rows), len(cols)) + 2.5))
+    fig = new_figure(side + 1.0, side, f"{TITLES[kind]}, layer {layer}, head {head}")
+    ax = fig.subplots()
+    image = _heatmap(ax, weights, rows, cols, 9 if max(len(rows), len(cols)) <= 25 else 6)
+    ax.set_xlabel(col_name)
+    ax.set_ylabel(row_name)
+    if max(len(rows), len(cols)) <= 12:
+        for r in range(len(rows)):
+            for c in range(len(cols)):
+                value = float(weights[r, c])
+                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if value > 0.6 else "white")
+    fig.colorbar(image, ax=ax, label="attention weight")
+    return fig

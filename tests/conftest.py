@@ -1,0 +1,37 @@
+"""Shared fixtures: a tiny trained run directory that tests translate, plot and serve with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_mt.config import load_config
+
+torch.set_num_threads(2)
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def tiny_config(**overrides: object):
+    """The `tiny` preset (copy task) with dotted overrides, e.g. train__max_steps=50."""
+    return load_config("tiny", [f"--{k.replace('__', '.')}={v}" for k, v in overrides.items()])
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory trained for a few seconds on the copy task (shared, read-only)."""
+    from transformer_mt.training import fit
+
+    run = tmp_path_factory.mktemp("tiny_run") / "run"
+    fit(tiny_config(train__max_steps=60, train__valid_every=60), run, progress=False)
+    return run
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    """The real corpus folder; tests that need it skip with a reason where it is missing."""
+    if not (MULTI30K / "train.en.gz").is_file():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    return MULTI30K

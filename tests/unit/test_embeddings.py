@@ -1,0 +1,47 @@
+"""Embeddings and the sinusoidal positional encoding (section 3.4, 3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from transformer_mt.model.embeddings import Embeddings, PositionalEncoding, sinusoidal_encoding
+
+
+@pytest.mark.parametrize("pos,i", [(0, 0), (1, 0), (1, 1), (7, 3), (50, 10), (99, 31)])
+def test_encoding_matches_the_paper_formula(pos: int, i: int) -> None:
+    d_model = 64
+    pe = sinusoidal_encoding(100, d_model)
+    angle = pos / 10000 ** (2 * i / d_model)
+    assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+    assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_dims_zero_and_one_share_a_frequency() -> None:
+    """Position 1, d_model 4: [sin 1, cos 1, sin 0.01, cos 0.01] (not [.8415, .9984, ...])."""
+    pe = sinusoidal_encoding(2, 4)[1]
+    expected = torch.tensor([math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)])
+    torch.testing.assert_close(pe, expected)
+    assert pe[1].item() == pytest.approx(0.5403, abs=1e-4)
+
+
+def test_encoding_is_bounded_and_odd_width_works() -> None:
+    pe = sinusoidal_encoding(500, 33)
+    assert pe.shape == (500, 33)
+    assert pe.abs().max() <= 1.0
+
+
+def test_positional_encoding_adds_table_with_offset() -> None:
+    module = PositionalEncoding(8, dropout=0.0, max_len=20).eval()
+    x = torch.zeros(2, 3, 8)
+    torch.testing.assert_close(module(x, offset=5), sinusoidal_encoding(20, 8)[5:8].expand(2, 3, 8))
+    with pytest.raises(ValueError, match="max_len"):
+        module(torch.zeros(1, 21, 8))
+
+
+def test_embeddings_scale_by_sqrt_d_model() -> None:
+    emb = Embeddings(10, 16)
+    tokens = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(emb(tokens), emb.lut(tokens) * 4.0)

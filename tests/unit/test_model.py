@@ -1,0 +1,142 @@
+"""The whole Transformer against torch.nn.Transformer, plus causality and padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_mt.config import ModelConfig
+from transformer_mt.model import build_model, padding_mask, target_mask
+from transformer_mt.model.transformer import EncoderDecoder
+
+PAD = 0
+
+
+def small_model(norm_first: bool = False, **kw) -> EncoderDecoder:
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0, norm_first=norm_first,
+                      src_vocab_size=50, tgt_vocab_size=50, max_len=64, **kw)
+    model = build_model(cfg).eval()
+    with torch.no_grad():  # non-trivial biases and norms, so a mis-wired one shows
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or ".norm." in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def copy_into_reference(model: EncoderDecoder) -> nn.Transformer:
+    """An nn.Transformer holding our weights. Its stacks end with a LayerNorm that the
+    paper's post-norm model does not have: remove them (set to None)."""
+    d = model.src_embed.d_model
+    layer = model.encoder.layers[0]
+    ref = nn.Transformer(d, layer.self_attn.n_heads, len(model.encoder.layers), len(model.decoder.layers),
+                         layer.feed_forward.w_1.out_features, dropout=0.0, batch_first=True).eval()
+    ref.encoder.norm = None
+    ref.decoder.norm = None
+    ref.encoder.enable_nested_tensor = ref.encoder.use_nested_tensor = False
+
+    def attn(dst: nn.MultiheadAttention, src) -> None:
+        dst.in_proj_weight.copy_(src.in_proj.weight)
+        dst.in_proj_bias.copy_(src.in_proj.bias)
+        dst.out_proj.load_state_dict(src.out_proj.state_dict())
+
+    with torch.no_grad():
+        for theirs, ours in zip(ref.encoder.layers, model.encoder.layers):
+            attn(theirs.self_attn, ours.self_attn)
+            theirs.linear1.load_state_dict(ours.feed_forward.w_1.state_dict())
+            theirs.linear2.load_state_dict(ours.feed_forward.w_2.state_dict())
+            theirs.norm1.load_state_dict(ours.sublayer[0].norm.state_dict())
+            theirs.norm2.load_state_dict(ours.sublayer[1].norm.state_dict())
+        for theirs, ours in zip(ref.decoder.layers, model.decoder.layers):
+            attn(theirs.self_attn, ours.self_attn)
+            attn(theirs.multihead_attn, ours.src_attn)
+            theirs.linear1.load_state_dict(ours.feed_forward.w_1.state_dict())
+            theirs.linear2.load_state_dict(ours.feed_forward.w_2.state_dict())
+            for k, norm in enumerate((theirs.norm1, theirs.norm2, theirs.norm3)):
+                norm.load_state_dict(ours.sublayer[k].norm.state_dict())
+    return ref
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    src = torch.tensor([[5, 6, 7, 8, 9, 3], [10, 11, 3, PAD, PAD, PAD], [12, 13, 14, 15, 3, PAD]])
+    tgt = torch.tensor([[2, 20, 21, 22, 23], [2, 24, PAD, PAD, PAD], [2, 25, 26, 27, PAD]])
+    return src, tgt
+
+
+def test_post_norm_model_equals_nn_transformer() -> None:
+    model = small_model(norm_first=False)
+    ref = copy_into_reference(model)
+    src, tgt = batch()
+    with torch.no_grad():
+        ours = model.generator(model(src, tgt, padding_mask(src, PAD), target_mask(tgt, PAD)))
+        states = ref(
+            model.positional(model.src_embed(src)), model.positional(model.tgt_embed(tgt)),
+            tgt_mask=nn.Transformer.generate_square_subsequent_mask(tgt.size(1), dtype=torch.bool),
+            src_key_padding_mask=src == PAD, tgt_key_padding_mask=tgt == PAD,
+            memory_key_padding_mask=src == PAD,
+        )
+        theirs = model.generator(states)
+    real = tgt != PAD
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_is_causal(norm_first: bool) -> None:
+    model = small_model(norm_first)
+    src, tgt = batch()
+    changed = tgt.clone()
+    changed[0, 3:] = torch.tensor([30, 31])
+    with torch.no_grad():
+        a = model(src, tgt, padding_mask(src, PAD))
+        b = model(src, changed, padding_mask(src, PAD))
+    torch.testing.assert_close(a[0, :3], b[0, :3], atol=1e-6, rtol=0)
+    assert not torch.allclose(a[0, 3:], b[0, 3:])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_source_padding_changes_nothing(norm_first: bool) -> None:
+    model = small_model(norm_first)
+    src, tgt = batch()
+    padded = torch.cat([src, torch.full((3, 4), PAD)], dim=1)
+    with torch.no_grad():
+        memory = model.encode(src, padding_mask(src, PAD))
+        memory_padded = model.encode(padded, padding_mask(padded, PAD))
+        out = model(src, tgt, padding_mask(src, PAD))
+        out_padded = model(padded, tgt, padding_mask(padded, PAD))
+    real = src != PAD
+    torch.testing.assert_close(memory[real], memory_padded[:, : src.size(1)][real], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out, out_padded, atol=1e-6, rtol=1e-5)
+
+
+def test_weights_are_tied_and_xavier_initialised() -> None:
+    model = small_model()
+    assert model.generator.proj.weight is model.tgt_embed.lut.weight
+    assert model.src_embed is model.tgt_embed
+    bound = (6 / (50 + 32)) ** 0.5  # Xavier-uniform for a 50 x 32 matrix
+    weight = model.tgt_embed.lut.weight
+    assert weight.abs().max() <= bound and weight.std() > bound / 3
+    untied = small_model(share_vocab=False, tie_embeddings=False)
+    assert untied.src_embed is not untied.tgt_embed
+    assert untied.generator.proj.weight is not untied.tgt_embed.lut.weight
+
+
+def test_generator_gives_log_probabilities() -> None:
+    model = small_model()
+    src, tgt = batch()
+    with torch.no_grad():
+        log_probs = model.generator(model(src, tgt, padding_mask(src, PAD)))
+    assert log_probs.shape == (3, 5, 50)
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3, 5))
+
+
+def test_cached_decoding_equals_full_pass() -> None:
+    model = small_model(norm_first=True)
+    src, tgt = batch()
+    mask = padding_mask(src, PAD)
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        full = model.decode(memory, mask, tgt)
+        cache = model.decoder.init_cache()
+        steps = [model.decode(memory, mask, tgt[:, t : t + 1], cache=cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)

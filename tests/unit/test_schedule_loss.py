@@ -1,0 +1,67 @@
+"""The paper's learning-rate schedule and label-smoothed loss."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_mt.config import TrainConfig
+from transformer_mt.training.loss import LabelSmoothingLoss, smoothed_distribution
+from transformer_mt.training.schedule import make_optimizer, make_scheduler, rate
+
+
+def test_rate_rises_linearly_then_decays_as_inverse_sqrt() -> None:
+    d, warmup = 512, 4000
+    assert rate(2000, d, warmup) == pytest.approx(rate(1000, d, warmup) * 2)
+    peak = max(range(1, 20000, 50), key=lambda s: rate(s, d, warmup))
+    assert abs(peak - warmup) <= 50
+    assert rate(warmup, d, warmup) == pytest.approx(d**-0.5 * warmup**-0.5)
+    assert rate(16000, d, warmup) == pytest.approx(rate(4000 * 4, d, warmup))
+    assert rate(32000, d, warmup) / rate(8000, d, warmup) == pytest.approx(0.5)
+    assert rate(100, d, warmup, scale=2.0) == pytest.approx(2 * rate(100, d, warmup))
+
+
+def test_scheduler_drives_adam_with_the_paper_settings() -> None:
+    cfg = TrainConfig(warmup_steps=10)
+    param = torch.nn.Parameter(torch.zeros(2))
+    optimizer = make_optimizer([param], cfg)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    scheduler = make_scheduler(optimizer, 64, cfg)
+    seen = []
+    for _ in range(20):
+        seen.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert seen == pytest.approx([rate(s, 64, 10) for s in range(1, 21)])
+
+
+def test_smoothed_distribution_puts_one_minus_epsilon_on_target() -> None:
+    dist = smoothed_distribution(torch.tensor([2, 0]), vocab_size=5, epsilon=0.1)
+    assert dist[0, 2] == pytest.approx(0.9)
+    assert dist[0, [0, 1, 3, 4]].tolist() == pytest.approx([0.025] * 4)
+    torch.testing.assert_close(dist.sum(1), torch.ones(2))
+
+
+def test_loss_equals_cross_entropy_against_smoothed_target() -> None:
+    torch.manual_seed(0)
+    vocab, pad = 7, 0
+    logits = torch.randn(2, 4, vocab)
+    target = torch.tensor([[3, 4, 5, pad], [6, pad, pad, pad]])
+    loss = LabelSmoothingLoss(vocab, pad, 0.1)(logits, target)
+    real = target != pad
+    dist = smoothed_distribution(target[real], vocab, 0.1)
+    expected = -(dist * F.log_softmax(logits[real], -1)).sum()
+    torch.testing.assert_close(loss, expected)
+
+
+def test_padding_contributes_nothing() -> None:
+    torch.manual_seed(1)
+    criterion = LabelSmoothingLoss(6, 0, 0.1)
+    logits = torch.randn(1, 3, 6, requires_grad=True)
+    target = torch.tensor([[2, 3, 0]])
+    criterion(logits, target).backward()
+    assert logits.grad[0, 2].abs().max() == 0
+    other = logits.detach().clone()
+    other[0, 2] = 100.0
+    assert criterion(other, target) == pytest.approx(criterion(logits.detach(), target).item())
