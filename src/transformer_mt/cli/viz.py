@@ -1,9 +1,203 @@
-"""Sub-commands that show the model: plot, serve."""
+"""Sub-commands that show the model: plot, serve.
+
+    transformer-mt plot encodings | masks | schedule | smoothing      the mechanisms
+    transformer-mt plot curves RUN                                      training curves
+    transformer-mt plot attention RUN "sentence" [--layer L --head H]   attention heatmaps
+    transformer-mt serve RUN [--host 127.0.0.1] [--port 8000]           the web page
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+from pathlib import Path
+
+from transformer_mt.cli import positive_int
+from transformer_mt.errors import UserError
+
+log = logging.getLogger("transformer_mt")
+
+ATTENTION_KINDS = ("all", "encoder", "decoder", "cross")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Filled in by the plotting and web-page work."""
+    """Add `plot` (with one sub-command per figure) and `serve`."""
+    plot = subparsers.add_parser(
+        "plot", help="draw a mechanism of the model or a trained run (PNG or SVG)",
+        description="Draw a figure; --out chooses the file, its extension the format (.png or .svg).",
+    )
+    figures = plot.add_subparsers(dest="figure", required=True, metavar="FIGURE")
+
+    def figure(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = figures.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--out", default=f"{name}.png", help=f"output .png or .svg (default: {name}.png)")
+        return parser
+
+    enc = figure("encodings", "sinusoidal positional encodings: heatmap and a few dimensions as curves")
+    enc.add_argument("--d-model", type=positive_int, default=64, help="encoding width (default: 64)")
+    enc.add_argument("--positions", type=positive_int, default=100, help="positions shown (default: 100)")
+    enc.set_defaults(func=plot_encodings)
+    masks = figure("masks", "the subsequent mask and the padding mask of a real batch")
+    masks.add_argument("--run", help="take the batch from this run's validation text and tokenizer")
+    masks.add_argument("--batch-size", type=positive_int, default=4, help="sentences in the batch (default: 4)")
+    masks.set_defaults(func=plot_masks)
+    schedule = figure("schedule", "the learning-rate schedule for several (d_model, warmup) pairs")
+    schedule.add_argument("--config", help="also draw the schedule of this config (file or preset, e.g. base)")
+    schedule.add_argument("--steps", type=positive_int, default=20000, help="steps on the x axis (default: 20000)")
+    schedule.set_defaults(func=plot_schedule)
+    smoothing = figure("smoothing", "the label-smoothed target distribution")
+    smoothing.add_argument("--epsilon", type=float, default=0.1, help="label smoothing (default: 0.1)")
+    smoothing.add_argument("--vocab-size", type=positive_int, default=8, help="vocabulary shown (default: 8)")
+    smoothing.set_defaults(func=plot_smoothing)
+    curves = figure("curves", "loss, perplexity, BLEU/chrF and learning rate over steps of a run")
+    curves.add_argument("run", help="run directory (may still be training)")
+    curves.set_defaults(func=plot_curves)
+    attention = figure("attention", "encoder, decoder and cross-attention of one sentence, every layer and head")
+    attention.add_argument("run", help="run directory")
+    attention.add_argument("sentence", help="source sentence (quoted)")
+    attention.add_argument("--kind", choices=ATTENTION_KINDS, default="all",
+                           help="which attention (default: all, one file each, named OUT-KIND.EXT)")
+    attention.add_argument("--layer", type=positive_int, help="only this layer (from 1; needs --head)")
+    attention.add_argument("--head", type=positive_int, help="only this head (from 1; needs --layer)")
+    attention.add_argument("--device", default="cpu", help="cpu (default), cuda, auto ...")
+    attention.set_defaults(func=plot_attention)
+
+    serve = subparsers.add_parser(
+        "serve", help="a web page that translates and shows the attention, with a JSON API",
+        description="Serve RUN at http://HOST:PORT/ (page) and /api/translate, /api/health, /openapi.json.",
+    )
+    serve.add_argument("run", help="run directory")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    serve.add_argument("--device", default="auto", help="auto, cpu, cuda ...")
+    serve.add_argument("--checkpoint", default="best", choices=("best", "last", "average"), help="weights to load")
+    serve.add_argument("--max-chars", type=positive_int, default=2000, help="characters per request (default: 2000)")
+    serve.add_argument("--max-sentences", type=positive_int, default=32, help="sentences per request (default: 32)")
+    serve.add_argument("--max-beam", type=positive_int, default=8, help="largest beam a request may ask (default: 8)")
+    serve.set_defaults(func=run_serve)
+
+
+def _written(path: Path) -> int:
+    print(path)
+    return 0
+
+
+def plot_encodings(args: argparse.Namespace) -> int:
+    from transformer_mt.viz import encodings_figure, save_figure
+    from transformer_mt.viz.figure import check_output
+
+    out = check_output(args.out)
+    return _written(save_figure(encodings_figure(args.d_model, args.positions), out))
+
+
+def mask_batch(run: str | None, size: int):
+    """A PieceBatch: `size` sentences of the run's validation (or training) source as its
+    subwords, or without a run, number phrases split into words."""
+    from transformer_mt.viz import PieceBatch
+
+    if run is None:
+        from transformer_mt.data.tasks import number_pair
+
+        numbers = (7, 342, 90018, 21, 600, 1999, 55, 4)
+        return PieceBatch([number_pair(n)[0].split() + ["</s>"] for n in (numbers * size)[:size]])
+    from transformer_mt.config import load_config
+    from transformer_mt.data.corpus import read_lines
+    from transformer_mt.data.tokenizer import Tokenizer
+    from transformer_mt.run import RunDir
+
+    run_dir = RunDir(Path(run)).require()
+    cfg = load_config(run_dir.config)
+    candidates = [run_dir.data / "valid.src", run_dir.data / "train.src"]
+    candidates += [Path(p) for p in (cfg.data.valid_src, cfg.data.train_src) if p]
+    source = next((p for p in candidates if p.is_file()), None)
+    if source is None:
+        raise UserError(f"{run}: no source text found (looked for {', '.join(map(str, candidates))})")
+    lines = [line for line in read_lines(source)[: 50 * size] if line.strip()][:size]
+    tokenizer = Tokenizer.load(run_dir.tokenizer)
+    return PieceBatch([tokenizer.pieces(line)[:40] + ["</s>"] for line in lines])
+
+
+def plot_masks(args: argparse.Namespace) -> int:
+    from transformer_mt.viz import masks_figure, save_figure
+    from transformer_mt.viz.figure import check_output
+
+    out = check_output(args.out)
+    return _written(save_figure(masks_figure(mask_batch(args.run, args.batch_size)), out))
+
+
+def plot_schedule(args: argparse.Namespace) -> int:
+    from transformer_mt.viz import save_figure, schedule_figure
+    from transformer_mt.viz.figure import check_output
+
+    out = check_output(args.out)
+    config = None
+    if args.config:
+        from transformer_mt.config import load_config
+
+        cfg = load_config(args.config)
+        config = (cfg.model.d_model, cfg.train.warmup_steps, cfg.train.lr_scale, Path(args.config).stem)
+    return _written(save_figure(schedule_figure(config=config, steps=args.steps), out))
+
+
+def plot_smoothing(args: argparse.Namespace) -> int:
+    from transformer_mt.viz import save_figure, smoothing_figure
+    from transformer_mt.viz.figure import check_output
+
+    if not 0.0 <= args.epsilon < 1.0:
+        raise UserError(f"--epsilon must be in [0, 1), got {args.epsilon}")
+    if args.vocab_size < 2:
+        raise UserError("--vocab-size must be at least 2")
+    out = check_output(args.out)
+    return _written(save_figure(smoothing_figure(args.epsilon, args.vocab_size), out))
+
+
+def plot_curves(args: argparse.Namespace) -> int:
+    from transformer_mt.viz import curves_figure, read_metrics, save_figure
+    from transformer_mt.viz.figure import check_output
+
+    out = check_output(args.out)
+    if not Path(args.run).is_dir():
+        raise UserError(f"{args.run}: no such run directory")
+    series = read_metrics(args.run)
+    return _written(save_figure(curves_figure(series, Path(args.run).resolve().name), out))
+
+
+def attention_outputs(out: Path, kinds: list[str]) -> dict[str, Path]:
+    """One file per kind: OUT itself for a single kind, OUT-KIND.EXT for several."""
+    if len(kinds) == 1:
+        return {kinds[0]: out}
+    return {kind: out.with_name(f"{out.stem}-{kind}{out.suffix}") for kind in kinds}
+
+
+def plot_attention(args: argparse.Namespace) -> int:
+    from transformer_mt.translator import Translator
+    from transformer_mt.viz import KINDS, attention_grid_figure, attention_head_figure, save_figure
+    from transformer_mt.viz.figure import check_output
+    from transformer_mt.viz.attention import translator_attention
+
+    if (args.layer is None) != (args.head is None):
+        raise UserError("give --layer and --head together (or neither for every layer and head)")
+    out = check_output(args.out)
+    kinds = list(KINDS) if args.kind == "all" else [args.kind]
+    maps = translator_attention(Translator.from_run(args.run, device=args.device), args.sentence)
+    if args.layer is not None:
+        maps.check_layer_head(args.layer, args.head)
+    log.info("translation: %s", maps.translation)
+    for kind, path in attention_outputs(out, kinds).items():
+        if args.layer is None:
+            fig = attention_grid_figure(maps, kind)
+        else:
+            fig = attention_head_figure(maps, kind, args.layer, args.head)
+        _written(save_figure(fig, path))
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from transformer_mt.server import serve
+    from transformer_mt.server.service import Limits
+
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port must be between 1 and 65535, got {args.port}")
+    limits = Limits(args.max_chars, args.max_sentences, args.max_beam)
+    serve(args.run, args.host, args.port, args.device, args.checkpoint, limits)
+    return 0

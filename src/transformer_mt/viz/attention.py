@@ -129,6 +129,11 @@ def attention_maps(translator, sentence: str, translation: str | None = None) ->
     )
 
 
+def translator_attention(translator, sentence: str) -> AttentionMaps:
+    """The attention of `sentence` translated by `translator`."""
+    return attention_maps(translator, sentence)
+
+
 def _heatmap(ax: Axes, weights: torch.Tensor, rows: list[str], cols: list[str], fontsize: float) -> object:
     image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=fontsize)
@@ -170,8 +175,8 @@ def attention_head_figure(maps: AttentionMaps, kind: str, layer: int, head: int)
     maps.check_layer_head(layer, head)
     weights = maps.weights(kind)[layer - 1, head - 1]
     rows, cols, row_name, col_name = maps.labels(kind)
-    side = min(12.0, max(5.0, 0.35 * max(len(rows), len(cols)) + 2.5))
-    fig = new_figure(side + 1.0, side, f"{TITLES[kind]}, layer {layer}, head {head}")
+    side = min(12.0, max(6.0, 0.35 * max(len(rows), len(cols)) + 2.5))
+    fig = new_figure(side + 1.0, side, f"{TITLES[kind].split(' (')[0]}, layer {layer}, head {head}")
     ax = fig.subplots()
     image = _heatmap(ax, weights, rows, cols, 9 if max(len(rows), len(cols)) <= 25 else 6)
     ax.set_xlabel(col_name)

@@ -1,0 +1,197 @@
+"""Plots: every `plot` command writes an image of the expected size; attention weights are
+distributions over the keys that masks allow."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_mt.cli import main
+from transformer_mt.data.tokenizer import PAD_ID
+from transformer_mt.errors import UserError
+from transformer_mt.model.masks import padding_mask
+from transformer_mt.translator import Translator
+from transformer_mt.viz import (
+    DPI,
+    KINDS,
+    attention_grid_figure,
+    attention_head_figure,
+    attention_maps,
+    pixel_size,
+    read_metrics,
+)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def plot(tmp_path: Path, *args: str, name: str = "out.png") -> Path:
+    out = tmp_path / name
+    assert main(["-q", "plot", *args, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_run: Path) -> Translator:
+    return Translator.from_run(tiny_run, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def maps(translator: Translator):
+    return attention_maps(translator, "w3 w1 w4 w1 w5")
+
+
+@pytest.mark.parametrize(
+    "args, size",
+    [
+        (["encodings"], (12, 4.8)),
+        (["encodings", "--d-model", "16", "--positions", "20"], (12, 4.8)),
+        (["masks"], (15, 5)),
+        (["schedule"], (10, 5)),
+        (["schedule", "--config", "tiny", "--steps", "500"], (14, 5)),
+        (["smoothing", "--epsilon", "0.2", "--vocab-size", "5"], (15, 4.8)),
+    ],
+)
+def test_mechanism_plots_write_png_of_figure_size(tmp_path: Path, args: list[str], size: tuple[float, float]) -> None:
+    out = plot(tmp_path, *args)
+    assert out.stat().st_size > 10_000
+    assert png_size(out) == (round(size[0] * DPI), round(size[1] * DPI))
+
+
+def test_svg_output_has_figure_size_in_points(tmp_path: Path) -> None:
+    out = plot(tmp_path, "smoothing", name="smoothing.svg")
+    head = out.read_text(encoding="utf-8")[:2000]
+    assert re.search(r'width="1080pt"', head) and re.search(r'height="345.6pt"', head)
+    assert "Label smoothing" in out.read_text(encoding="utf-8")
+
+
+def test_masks_from_a_run_batch(tmp_path: Path, tiny_run: Path) -> None:
+    out = plot(tmp_path, "masks", "--run", str(tiny_run), "--batch-size", "3")
+    assert png_size(out) == (1500, 500)
+
+
+def test_curves_of_a_run(tmp_path: Path, tiny_run: Path) -> None:
+    out = plot(tmp_path, "curves", str(tiny_run))
+    assert png_size(out) == (1200, 800)
+    assert out.stat().st_size > 20_000
+
+
+def test_curves_while_training_skip_half_written_line(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    events = [
+        {"event": "train", "step": 10, "loss": 5.0, "ppl": 148.4, "lr": 1e-4},
+        {"event": "train", "step": 20, "loss": 4.0, "ppl": 54.6, "lr": 2e-4},
+        {"event": "valid", "step": 20, "valid_loss": 4.5, "valid_ppl": 90.0, "bleu": 1.5, "chrf": 10.0},
+        {"event": "train", "step": 20, "loss": 3.9, "ppl": 49.4, "lr": 2e-4},
+    ]
+    text = "".join(json.dumps(e) + "\n" for e in events) + '{"event": "train", "step": 30, "lo'
+    (run / "metrics.jsonl").write_text(text, encoding="utf-8")
+    series = read_metrics(run)
+    assert series["loss"].steps == [10, 20] and series["loss"].values == [5.0, 3.9]
+    assert series["bleu"].values == [1.5]
+    assert png_size(plot(tmp_path, "curves", str(run))) == (1200, 800)
+
+
+def test_curves_without_events_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"event": "start"}\n', encoding="utf-8")
+    with pytest.raises(UserError, match="no training or validation events"):
+        read_metrics(tmp_path)
+    assert main(["plot", "curves", str(tmp_path), "--out", str(tmp_path / "c.png")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_attention_command_writes_one_grid_per_kind(tmp_path: Path, tiny_run: Path, maps) -> None:
+    out = tmp_path / "attn.png"
+    assert main(["-q", "plot", "attention", str(tiny_run), "w3 w1 w4 w1 w5", "--out", str(out)]) == 0
+    for kind in KINDS:
+        path = tmp_path / f"attn-{kind}.png"
+        assert png_size(path) == pixel_size(attention_grid_figure(maps, kind))
+        assert path.stat().st_size > 20_000
+
+
+def test_attention_single_layer_and_head(tmp_path: Path, tiny_run: Path, maps) -> None:
+    out = tmp_path / "cross.svg"
+    args = ["-q", "plot", "attention", str(tiny_run), "w3 w1 w4 w1 w5", "--kind", "cross",
+            "--layer", "2", "--head", "1", "--out", str(out)]
+    assert main(args) == 0
+    assert "layer 2, head 1" in out.read_text(encoding="utf-8")
+    assert png_size(plot(tmp_path, "attention", str(tiny_run), "w3 w1 w4 w1 w5", "--kind", "encoder",
+                         "--layer", "1", "--head", "2")) == pixel_size(attention_head_figure(maps, "encoder", 1, 2))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--layer", "1"], "--layer and --head together"),
+        (["--layer", "3", "--head", "1"], "--layer must be between 1 and 2"),
+        (["--layer", "1", "--head", "9"], "--head must be between 1 and 2"),
+        (["--out", "attn.pdf"], "must end in .png or .svg"),
+    ],
+)
+def test_attention_mistakes_are_one_line_errors(
+    tiny_run: Path, capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
+    assert main(["plot", "attention", str(tiny_run), "w1 w2", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_empty_sentence_is_a_user_error(translator: Translator) -> None:
+    with pytest.raises(UserError, match="empty"):
+        attention_maps(translator, "   ")
+
+
+def test_attention_maps_follow_the_translation(translator: Translator, maps) -> None:
+    assert maps.translation == translator.translate(["w3 w1 w4 w1 w5"])[0]
+    assert maps.source[-1] == "</s>" and maps.target_in[0] == "<s>"
+    assert maps.target_in[1:] == maps.target[:-1]
+    layers, heads = maps.n_layers, maps.n_heads
+    assert maps.encoder.shape == (layers, heads, len(maps.source), len(maps.source))
+    assert maps.decoder.shape == (layers, heads, len(maps.target), len(maps.target))
+    assert maps.cross.shape == (layers, heads, len(maps.target), len(maps.source))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_attention_rows_sum_to_one(maps, kind: str) -> None:
+    weights = maps.weights(kind)
+    assert (weights >= 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+def test_decoder_never_attends_to_later_positions(maps) -> None:
+    length = maps.decoder.size(-1)
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    assert (maps.decoder[..., future] == 0).all()
+    assert (maps.decoder[..., ~future] > 0).any()
+
+
+def test_padded_keys_get_zero_weight(translator: Translator) -> None:
+    """In a padded batch no query (encoder or cross-attention) looks at a padding position."""
+    model = translator.model
+    ids = translator.tokenizer.encode(["w1 w2 w3 w4 w5 w6", "w7"])
+    width = max(len(s) for s in ids) + 1
+    src = torch.tensor([s + [3] + [PAD_ID] * (width - len(s) - 1) for s in ids])
+    tgt = torch.tensor([[2, 5, 6], [2, 7, PAD_ID]])
+    model.set_store_attention(True)
+    try:
+        with torch.inference_mode():
+            model(src, tgt, padding_mask(src, PAD_ID))
+        stored = [layer.self_attn.attn for layer in model.encoder.layers]
+        stored += [layer.src_attn.attn for layer in model.decoder.layers]
+    finally:
+        model.set_store_attention(False)
+    pad = src == PAD_ID  # (B, S)
+    assert pad.any()
+    for weights in stored:  # (B, H, Tq, S)
+        assert (weights.masked_select(pad[:, None, None, :].expand_as(weights)) == 0).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
