@@ -1,0 +1,162 @@
+"""The web page and its JSON API (FastAPI).
+
+    GET  /                 the page: type a sentence, translate, see where each head looks
+    POST /api/translate    {"text": "...", "beam": 4, "nbest": 2, "attention": true}
+    GET  /api/health       model sizes, device and request limits
+    GET  /openapi.json     the OpenAPI description of the API
+
+Everything the page needs is served from server/static/: no CDN, works offline. The
+OpenAPI description is served, the Swagger page is not (it loads scripts from a CDN).
+`serve` binds 127.0.0.1 unless told otherwise."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from transformer_mt import __version__
+from transformer_mt.errors import UserError
+from transformer_mt.server.limits import BodySizeLimit, TooLarge, install_error_handlers
+from transformer_mt.server.service import Limits, TranslationService
+
+STATIC = Path(__file__).resolve().parent / "static"
+log = logging.getLogger("transformer_mt")
+
+
+class TranslateRequest(BaseModel):
+    """Give `text` (one sentence per line) or `sentences`, not both."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"text": "forty-two", "beam": 4, "nbest": 2, "attention": True}]})
+
+    text: str | None = Field(None, description="one sentence per line; blank lines are skipped")
+    sentences: list[str] | None = Field(None, description="sentences, translated in order")
+    beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam")
+    nbest: int = Field(1, ge=1, description="hypotheses returned per sentence (<= beam)")
+    attention: bool = Field(False, description="also return the cross-attention of each sentence")
+
+
+class HypothesisOut(BaseModel):
+    text: str
+    score: float | None = Field(None, description="model log-probability (None when not computed)")
+
+
+class AttentionOut(BaseModel):
+    layers: int
+    heads: int
+    source_tokens: list[str] = Field(description="source subwords + </s> (columns)")
+    target_tokens: list[str] = Field(description="produced subwords (+ </s>) (rows)")
+    cross: list[list[list[list[float]]]] = Field(description="weights[layer][head][target][source]")
+
+
+class ResultOut(BaseModel):
+    source: str
+    translation: str
+    nbest: list[HypothesisOut]
+    source_tokens: list[str]
+    target_tokens: list[str]
+    attention: AttentionOut | None = None
+
+
+class TranslateResponse(BaseModel):
+    translations: list[str]
+    results: list[ResultOut]
+    beam: int
+    nbest: int
+    elapsed_ms: float
+
+
+class HealthResponse(BaseModel):
+    status: str
+    run: str
+    device: str
+    n_layers: int
+    n_heads: int
+    d_model: int
+    vocab_size: int
+    default_beam: int
+    beam_search: bool
+    limits: dict[str, int]
+    requests: int
+
+
+def request_sentences(request: TranslateRequest, limits: Limits) -> list[str]:
+    """The sentences of a request, checked against `limits` (TooLarge -> 413, UserError -> 422)."""
+    if (request.text is None) == (request.sentences is None):
+        raise UserError("give either 'text' or 'sentences'")
+    if request.text is not None:
+        sentences = [line.strip() for line in request.text.splitlines() if line.strip()]
+    else:
+        sentences = [s.strip() for s in request.sentences or []]
+    chars = sum(len(s) for s in sentences)
+    if chars > limits.max_chars:
+        raise TooLarge(f"{chars} characters; at most {limits.max_chars} per request")
+    if len(sentences) > limits.max_sentences:
+        raise TooLarge(f"{len(sentences)} sentences; at most {limits.max_sentences} per request")
+    if not any(sentences):
+        raise UserError("nothing to translate: the text is empty")
+    return sentences
+
+
+def create_app(service: TranslationService) -> FastAPI:
+    """The FastAPI application around one shared TranslationService."""
+    app = FastAPI(
+        title="transformer-mt", version=__version__, docs_url=None, redoc_url=None,
+        description="Translate with a trained Transformer and see its cross-attention.",
+    )
+    install_error_handlers(app)
+    limits = service.limits
+
+    @app.get("/api/health", response_model=HealthResponse, summary="Model and server information")
+    def health() -> dict[str, Any]:
+        return service.info()
+
+    @app.post("/api/translate", response_model=TranslateResponse, response_model_exclude_none=True,
+              summary="Translate sentences",
+              responses={413: {"description": "too many characters or sentences"},
+                         422: {"description": "invalid request (message in 'error')"}})
+    def translate(request: TranslateRequest) -> dict[str, Any]:
+        sentences = request_sentences(request, limits)
+        beam = request.beam or min(service.translator.decode_cfg.beam, limits.max_beam)
+        return service.translate(sentences, beam, request.nbest, request.attention)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(BodySizeLimit, max_bytes=8 * limits.max_chars + 65536)
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "auto",
+          checkpoint: str = "best", limits: Limits = Limits()) -> None:
+    """Load the run and serve the page and the API until interrupted."""
+    import uvicorn
+
+    from transformer_mt.translator import Translator
+
+    translator = Translator.from_run(run, device=device, checkpoint=checkpoint)
+    service = TranslationService(translator, Path(run).name, limits)
+    app = create_app(service)
+    if not is_loopback(host):
+        log.warning("serving on %s: the page is reachable from other machines", host)
+    log.info("open http://%s:%d/ (Ctrl+C stops)", "127.0.0.1" if host in ("0.0.0.0", "::") else host, port)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,142 @@
+"""The work behind the web API: one Translator shared by every request.
+
+Requests run in a thread pool; a lock makes each translation (and the attention pass,
+which switches the model's `store_attention` flag) run alone on the model, so concurrent
+requests never see each other's settings or weights."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from transformer_mt.config import replace
+from transformer_mt.errors import UserError
+from transformer_mt.viz.attention import AttentionMaps, attention_maps
+
+DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for; beyond it the API answers 413 or 422."""
+
+    max_chars: int = 2000
+    max_sentences: int = 32
+    max_beam: int = 8
+
+    def as_dict(self) -> dict[str, int]:
+        return {"max_chars": self.max_chars, "max_sentences": self.max_sentences, "max_beam": self.max_beam}
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One translation of a sentence, with its model score when the decoder gives one."""
+
+    text: str
+    score: float | None = None
+
+
+class TranslationService:
+    """Translations, subword tokens and cross-attention for lists of sentences."""
+
+    def __init__(self, translator: Any, name: str = "model", limits: Limits = Limits()) -> None:
+        self.translator = translator
+        self.name = name
+        self.limits = limits
+        self.lock = threading.Lock()
+        self.requests = 0
+
+    def info(self) -> dict[str, Any]:
+        """What the page shows about the model: its sizes, device and the request limits."""
+        model = self.translator.model
+        return {
+            "status": "ok",
+            "run": self.name,
+            "device": str(self.translator.device),
+            "n_layers": len(model.encoder.layers),
+            "n_heads": model.encoder.layers[0].self_attn.n_heads,
+            "d_model": model.encoder.layers[0].self_attn.d_model,
+            "vocab_size": len(self.translator.tokenizer),
+            "default_beam": self.translator.decode_cfg.beam,
+            "beam_search": hasattr(self.translator, "translate_nbest"),
+            "limits": self.limits.as_dict(),
+            "requests": self.requests,
+        }
+
+    def _nbest(self, sentences: list[str], beam: int, nbest: int) -> list[list[Hypothesis]]:
+        """`nbest` hypotheses per sentence with beam size `beam` (caller holds the lock)."""
+        translator = self.translator
+        saved = translator.decode_cfg
+        translator.decode_cfg = replace(saved, beam=beam)
+        try:
+            if hasattr(translator, "translate_nbest"):
+                return [
+                    [_hypothesis(item) for item in row]
+                    for row in translator.translate_nbest(sentences, nbest)
+                ]
+            return [[Hypothesis(text)] for text in translator.translate(sentences)]
+        finally:
+            translator.decode_cfg = saved
+
+    def _attention(self, sentence: str, translation: str) -> AttentionMaps | None:
+        if not sentence.strip():
+            return None
+        return attention_maps(self.translator, sentence, translation)
+
+    def translate(self, sentences: list[str], beam: int, nbest: int, attention: bool) -> dict[str, Any]:
+        """The API's answer for `sentences` (see server/app.py for its fields)."""
+        if beam > self.limits.max_beam:
+            raise UserError(f"beam must be at most {self.limits.max_beam}, got {beam}")
+        if nbest > beam:
+            raise UserError(f"nbest ({nbest}) cannot exceed beam ({beam})")
+        start = time.perf_counter()
+        with self.lock:
+            self.requests += 1
+            hypotheses = self._nbest(sentences, beam, nbest)
+            maps = [self._attention(s, h[0].text) if attention else None for s, h in zip(sentences, hypotheses)]
+        tokenizer = self.translator.tokenizer
+        results = []
+        for sentence, hyps, found in zip(sentences, hypotheses, maps):
+            result: dict[str, Any] = {
+                "source": sentence,
+                "translation": hyps[0].text,
+                "nbest": [{"text": h.text, "score": h.score} for h in hyps],
+                "source_tokens": tokenizer.pieces(sentence) if sentence.strip() else [],
+                "target_tokens": tokenizer.pieces(hyps[0].text) if hyps[0].text.strip() else [],
+            }
+            if attention:
+                result["attention"] = attention_payload(found)
+            results.append(result)
+        return {
+            "translations": [r["translation"] for r in results],
+            "results": results,
+            "beam": beam,
+            "nbest": nbest,
+            "elapsed_ms": round(1000 * (time.perf_counter() - start), 2),
+        }
+
+
+def _hypothesis(item: Any) -> Hypothesis:
+    """A Hypothesis from what `translate_nbest` yields: text, (text, score) or an object
+    with `.text` and `.score`."""
+    if isinstance(item, str):
+        return Hypothesis(item)
+    if isinstance(item, (tuple, list)):
+        return Hypothesis(str(item[0]), float(item[1]) if len(item) > 1 else None)
+    return Hypothesis(str(item.text), float(getattr(item, "score", None) or 0.0))
+
+
+def attention_payload(maps: AttentionMaps | None) -> dict[str, Any] | None:
+    """Cross-attention as JSON: tokens of both axes and weights[layer][head][target][source]
+    (layers and heads from 0 here; the page shows them from 1)."""
+    if maps is None:
+        return None
+    return {
+        "layers": maps.n_layers,
+        "heads": maps.n_heads,
+        "source_tokens": maps.source,
+        "target_tokens": maps.target,
+        "cross": maps.cross.round(decimals=DECIMALS).tolist(),
+    }

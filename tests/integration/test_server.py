@@ -1,0 +1,176 @@
+"""The JSON API and the page, through FastAPI's test client and a real local server."""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from transformer_mt.cli import build_parser, main
+from transformer_mt.server import Limits, TranslationService, create_app
+from transformer_mt.server.background import BackgroundServer
+from transformer_mt.translator import Translator
+
+SENTENCES = ["w1 w2 w3", "w4 w4 w5 w6", "w7 w1", "w9 w8 w7 w6 w5"]
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_run: Path) -> Translator:
+    return Translator.from_run(tiny_run, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def service(translator: Translator) -> TranslationService:
+    return TranslationService(translator, "tiny", Limits(max_chars=200, max_sentences=4, max_beam=4))
+
+
+@pytest.fixture(scope="module")
+def client(service: TranslationService) -> TestClient:
+    return TestClient(create_app(service))
+
+
+def post(client: TestClient, body: object) -> httpx.Response:
+    return client.post("/api/translate", json=body)
+
+
+def test_health_describes_the_model(client: TestClient, translator: Translator) -> None:
+    info = client.get("/api/health").json()
+    assert info["status"] == "ok" and info["run"] == "tiny"
+    assert info["n_layers"] == len(translator.model.encoder.layers) and info["n_heads"] == 2
+    assert info["limits"] == {"max_chars": 200, "max_sentences": 4, "max_beam": 4}
+
+
+def test_translate_text_matches_the_translator(client: TestClient, translator: Translator) -> None:
+    response = post(client, {"text": "\n".join(SENTENCES[:3]) + "\n\n", "beam": 1})
+    assert response.status_code == 200
+    data = response.json()
+    assert data["translations"] == translator.translate(SENTENCES[:3])
+    first = data["results"][0]
+    assert first["source"] == SENTENCES[0]
+    assert first["source_tokens"] == translator.tokenizer.pieces(SENTENCES[0])
+    assert first["nbest"][0]["text"] == first["translation"]
+    assert "attention" not in first
+
+
+def test_cross_attention_when_asked(client: TestClient) -> None:
+    data = post(client, {"sentences": SENTENCES[:2], "attention": True}).json()
+    for result in data["results"]:
+        attention = result["attention"]
+        cross = attention["cross"]
+        assert attention["source_tokens"] == result["source_tokens"] + ["</s>"]
+        assert len(cross) == attention["layers"] and len(cross[0]) == attention["heads"]
+        rows, cols = len(attention["target_tokens"]), len(attention["source_tokens"])
+        for head in (h for layer in cross for h in layer):
+            assert len(head) == rows and all(len(row) == cols for row in head)
+            assert all(abs(sum(row) - 1) < 2e-3 for row in head)
+
+
+def test_empty_sentence_in_a_list_gives_an_empty_translation(client: TestClient) -> None:
+    data = post(client, {"sentences": ["w1 w2", ""], "attention": True}).json()
+    assert data["translations"][1] == "" and data["results"][1].get("attention") is None
+
+
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ({"text": "w1 " * 100}, 413, "at most 200"),
+        ({"sentences": ["w1"] * 5}, 413, "at most 4 per request"),
+        ({"text": "w1", "sentences": ["w1"]}, 422, "either 'text' or 'sentences'"),
+        ({}, 422, "either 'text' or 'sentences'"),
+        ({"text": " \n "}, 422, "nothing to translate"),
+        ({"text": "w1", "beam": 0}, 422, "beam"),
+        ({"text": "w1", "beam": 9}, 422, "at most 4"),
+        ({"text": "w1", "beam": 2, "nbest": 3}, 422, "cannot exceed beam"),
+        ({"text": 42}, 422, "text"),
+        ({"text": "w1", "colour": "red"}, 422, "colour"),
+        (["w1"], 422, "body"),
+    ],
+)
+def test_bad_requests_get_a_json_error(client: TestClient, body: object, status: int, message: str) -> None:
+    response = post(client, body)
+    assert response.status_code == status
+    assert message in response.json()["error"]
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b"\xff\xfe", b'{"text": "w1"'])
+def test_malformed_json_is_a_422_not_a_crash(client: TestClient, raw: bytes) -> None:
+    response = client.post("/api/translate", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422 and "error" in response.json()
+    assert client.get("/api/health").status_code == 200
+
+
+def test_huge_body_is_refused_before_parsing(client: TestClient) -> None:
+    response = client.post("/api/translate", content=b"x" * 3_000_000, headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "larger than" in response.json()["error"]
+
+    def chunks():
+        for _ in range(100):
+            yield b"y" * 65536
+
+    response = client.post("/api/translate", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_openapi_describes_the_api(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    assert {"/api/translate", "/api/health"} <= set(spec["paths"])
+    assert "TranslateRequest" in spec["components"]["schemas"]
+    assert client.get("/unknown").json() == {"error": "Not Found"}
+
+
+def test_page_and_assets_are_served_without_external_urls(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert 'id="source"' in page.text and 'id="heatmap"' in page.text
+    for asset in ("/static/app.js", "/static/style.css"):
+        response = client.get(asset)
+        assert response.status_code == 200 and len(response.text) > 500
+    for text in (page.text, client.get("/static/app.js").text, client.get("/static/style.css").text):
+        assert not re.search(r"(src|href)=\"https?://|url\(https?:|import .* from \"http", text)
+
+
+def test_concurrent_requests_share_one_model(service: TranslationService, translator: Translator) -> None:
+    """Requests with and without attention, in parallel on a real server, all answer
+    what the model answers alone."""
+    expected = translator.translate(SENTENCES)
+    with BackgroundServer(create_app(service)) as url:
+
+        def ask(i: int) -> tuple[int, list[str]]:
+            body = {"sentences": SENTENCES, "attention": i % 2 == 0}
+            response = httpx.post(f"{url}/api/translate", json=body, timeout=60)
+            return response.status_code, response.json()["translations"]
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, range(24)))
+    assert all(status == 200 for status, _ in answers)
+    assert all(translations == expected for _, translations in answers)
+    assert all(module.store_attention is False for module in translator.model.modules()
+               if hasattr(module, "store_attention"))
+
+
+def test_serve_binds_loopback_by_default() -> None:
+    args = build_parser().parse_args(["serve", "runs/x"])
+    assert args.host == "127.0.0.1"
+
+
+def test_serve_on_a_missing_run_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["serve", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "no such run directory" in err and err.count("\n") == 1
+
+
+def test_background_server_refuses_other_addresses(service: TranslationService) -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        BackgroundServer(create_app(service), host="0.0.0.0")
+
+
+def test_nbest_is_returned_per_sentence(client: TestClient) -> None:
+    data = post(client, {"text": "w1 w2 w3", "beam": 2, "nbest": 2}).json()
+    hypotheses = data["results"][0]["nbest"]
+    assert 1 <= len(hypotheses) <= 2 and hypotheses[0]["text"] == data["translations"][0]
+    assert json.dumps(data)
