@@ -84,9 +84,6 @@ class DataConfig:
         _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
         _require(self.max_len_ratio >= 1.0, "data.max_len_ratio", "must be >= 1")
-        if not self.task:
-            _require(bool(self.train_src and self.train_tgt), "data.train_src",
-                     "set data.train_src and data.train_tgt, or a built-in data.task")
 
 
 @dataclass(frozen=True)

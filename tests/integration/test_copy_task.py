@@ -13,7 +13,7 @@ from transformer_mt.translator import Translator
 
 def test_tiny_model_learns_to_copy(tmp_path: Path) -> None:
     run = tmp_path / "copy"
-    _, state = fit(tiny_config(), run, progress=False)
+    state = fit(tiny_config(), run, progress=False).state
     assert state.train_seconds < 60
     test = read_parallel(RunDir(run).data / "test.src", RunDir(run).data / "test.tgt")
     hypotheses = Translator.from_run(run).translate(test.src)

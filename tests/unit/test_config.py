@@ -40,7 +40,7 @@ def test_overrides_apply() -> None:
     "override,message",
     [
         ("--model.d_modle=3", "model.d_modle: unknown key (did you mean 'd_model'?)"),
-        ("--model.d_model=30", "model.d_model: must be divisible by model.n_heads"),
+        ("--model.d_model=31", "model.d_model: must be divisible by model.n_heads"),
         ("--model.dropout=1.0", "model.dropout: must be in [0, 1)"),
         ("--model.dropout=-0.1", "model.dropout: must be in [0, 1)"),
         ("--train.max_steps=many", "train.max_steps: expected int"),

@@ -9,6 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
+from transformer_mt.cli import positive_int
 from transformer_mt.config import load_config
 from transformer_mt.errors import UserError
 from transformer_mt.run import RunDir
@@ -33,7 +34,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--run", required=True, help="run directory (created, or resumed if it exists)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=run_train, overrides=[])
-    for parser in (demo, train):
+    vocab = subparsers.add_parser(
+        "vocab", help="train the joint sentencepiece vocabulary of a run (train does this too)",
+        description="Train one sentencepiece model on both sides of the training data of CONFIG "
+                    "and store it as RUN/tokenizer.model (ids: pad 0, unk 1, bos 2, eos 3).",
+    )
+    vocab.add_argument("config", help="YAML config or preset")
+    vocab.add_argument("--run", required=True, help="run directory to write tokenizer.model into")
+    vocab.set_defaults(func=run_vocab, overrides=[])
+
+    average = subparsers.add_parser(
+        "average", help="average the last N checkpoints of a run into average.safetensors",
+        description="Average the weights of the last N step checkpoints (the paper averaged the "
+                    "last 5); translate/evaluate then use them with --checkpoint average.",
+    )
+    average.add_argument("run", help="run directory")
+    average.add_argument("--last", type=positive_int, default=5, help="how many checkpoints (default 5)")
+    average.set_defaults(func=run_average)
+
+    for parser in (demo, train, vocab):
         parser.epilog = "Any --section.key=value overrides a config key, e.g. --train.max_steps=100."
 
 
@@ -48,8 +67,32 @@ def run_train(args: argparse.Namespace) -> int:
     from transformer_mt.training import fit
 
     cfg = load_config(args.config, split_overrides(args.overrides)) if args.config else None
-    _, state = fit(cfg, args.run, progress=not args.no_progress)
+    state = fit(cfg, args.run, progress=not args.no_progress).state
     log.info("finished at step %d after %.0f s of training", state.step, state.train_seconds)
+    return 0
+
+
+def run_vocab(args: argparse.Namespace) -> int:
+    from transformer_mt.data.corpus import read_parallel
+    from transformer_mt.data.dataset import corpus_paths, load_or_train_tokenizer
+
+    cfg = load_config(args.config, split_overrides(args.overrides))
+    run = RunDir(Path(args.run))
+    if run.tokenizer.is_file():
+        raise UserError(f"{run.tokenizer}: exists already; a run keeps its vocabulary (use a new --run)")
+    run.root.mkdir(parents=True, exist_ok=True)
+    paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
+    tokenizer = load_or_train_tokenizer(cfg.data, read_parallel(*paths.train), run.tokenizer, cfg.train.seed)
+    log.info("%s: %d pieces (%s)", run.tokenizer, len(tokenizer), cfg.data.vocab_type)
+    return 0
+
+
+def run_average(args: argparse.Namespace) -> int:
+    from transformer_mt.training.checkpoint import average_checkpoints
+
+    run = RunDir(Path(args.run)).require()
+    used = average_checkpoints(run, args.last)
+    log.info("averaged %s into %s", ", ".join(p.name for p in used), run.average)
     return 0
 
 
@@ -73,7 +116,7 @@ def run_demo(args: argparse.Namespace) -> int:
     log.info("demo: English -> German number phrases, %d training pairs, run directory %s",
              cfg.data.task_size, out)
     start = time.perf_counter()
-    cfg, state = fit(cfg, out)
+    state = fit(cfg, out).state
     log.info("trained %d steps in %.0f s (%.0f s wall)", state.step, state.train_seconds,
              time.perf_counter() - start)
     test = read_parallel(*(RunDir(out).data / f"test.{side}" for side in ("src", "tgt")))

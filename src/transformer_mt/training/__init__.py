@@ -12,7 +12,7 @@ from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.model.transformer import build_model
 from transformer_mt.run import RunDir
 from transformer_mt.training.distributed import barrier, cleanup, setup_distributed
-from transformer_mt.training.trainer import Trainer, TrainState, seed_everything
+from transformer_mt.training.trainer import Trainer, seed_everything
 
 log = logging.getLogger("transformer_mt")
 
@@ -48,8 +48,9 @@ def prepare(cfg: Config, run: RunDir, is_main: bool, ctx) -> tuple[Config, Token
     return cfg, tokenizer, encode_data(cfg.data, paths, tokenizer, train_text)
 
 
-def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> tuple[Config, TrainState]:
-    """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints."""
+def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:
+    """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints.
+    Returns the Trainer (its `cfg`, `model` and `state`) after training."""
     run = RunDir(Path(run_dir))
     cfg = resolve_run_config(cfg, run)
     ctx, device = setup_distributed(cfg.train.device)
@@ -64,6 +65,7 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> tuple
                      100 * trainer.batches.padding_fraction())
         if trainer.resume():
             log.info("resumed %s at step %d", run.root, trainer.state.step)
-        return cfg, trainer.train()
+        trainer.train()
+        return trainer
     finally:
         cleanup(ctx)

@@ -87,3 +87,22 @@ def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torc
         else:
             averaged[key] = first.clone()
     return averaged
+
+
+def average_checkpoints(run, last: int) -> list[Path]:
+    """Average the model weights of the run's last `last` checkpoints into
+    average.safetensors; returns the checkpoints used."""
+    from transformer_mt.config import load_config
+    from transformer_mt.model.transformer import build_model
+
+    found = list_checkpoints(run.checkpoints)[-last:]
+    if not found:
+        raise UserError(f"{run.checkpoints}: no step_N.pt checkpoints to average")
+    model = build_model(load_config(run.config).model)
+    states = [load_checkpoint(path)["model"] for path in found]
+    try:
+        model.load_state_dict(average_state_dicts(states))
+    except RuntimeError as err:
+        raise UserError(f"{found[-1]}: does not match {run.config} ({str(err).splitlines()[0]})") from None
+    save_weights(model, run.average)
+    return found

@@ -1,0 +1,186 @@
+"""Beam search (paper section 6.1: beam size 4, length penalty alpha = 0.6).
+
+Many sentences are searched at once: the decoder runs on B * k rows, row b * k + j
+holding the j-th open hypothesis of sentence b. Each step every open hypothesis is
+extended by every token; of the k * V candidates of a sentence the best 2k are kept, so
+that even if k of them end with eos there are still k open ones to continue with.
+
+    score(Y) = log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha   (GNMT)
+
+|Y| counts the emitted tokens, eos included. A hypothesis that emits eos stops growing
+and joins its sentence's pool of (at most k) finished hypotheses. A sentence is done when
+its pool holds k hypotheses and its best open hypothesis, scored at its current length,
+does not beat the worst of them (the usual stopping rule; with alpha = 0 it is exact), or
+when it reaches its maximum length. Done sentences leave the batch, so the remaining
+ones decode on fewer rows.
+
+With `use_cache` the decoder keeps the keys and values of its self-attention and feeds
+one new position per step; the keys and values of cross-attention are computed once,
+at the first step, from the encoder output. All hypotheses of one sentence share that
+encoder output, so when the beam is reordered only the self-attention caches move.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_mt.model.decoder import DecoderCache, reorder_cache
+from transformer_mt.model.masks import padding_mask
+from transformer_mt.model.transformer import EncoderDecoder
+
+
+def gnmt_penalty(length: int, alpha: float) -> float:
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, as used in the paper)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def reorder_self_attention(cache: DecoderCache, rows: torch.Tensor) -> None:
+    """Keep rows `rows` of every self-attention cache, in place. Cross-attention caches
+    stay: `rows` never leaves a sentence's block of k rows, whose encoder keys and values
+    are the same."""
+    for layer in cache:
+        part = layer.get("self")
+        if part:
+            for key, tensor in part.items():
+                part[key] = tensor.index_select(0, rows)
+
+
+class _Search:
+    """The state of one batched beam search over A active sentences (A shrinks)."""
+
+    def __init__(
+        self, batch: int, beam: int, limits: torch.Tensor, bos_id: int, pad_id: int, device: torch.device
+    ) -> None:
+        self.beam, self.pad_id = beam, pad_id
+        self.active = torch.arange(batch, device=device)  # original sentence of each active one
+        self.limits = limits  # (A,) most emitted tokens per sentence
+        self.tokens = torch.full((batch * beam, 1), bos_id, dtype=torch.long, device=device)
+        # (A, k) summed log-probs of the open hypotheses; only one copy of bos is open at first
+        self.scores = torch.full((batch, beam), float("-inf"), device=device)
+        self.scores[:, 0] = 0.0
+        width = int(limits.max())
+        self.finished_scores = torch.full((batch, beam), float("-inf"), device=device)  # (A, k), best first
+        self.finished_tokens = torch.full((batch, beam, width), pad_id, dtype=torch.long, device=device)  # (A, k, L)
+
+    def step(self, log_probs: torch.Tensor, length: int, eos_id: int, alpha: float) -> torch.Tensor:
+        """Extend every open hypothesis by one token (`length` = tokens emitted after
+        this step), move those ending with eos (or at the length limit) to the pool.
+        Returns the rows (A * k,) of the hypotheses that continue, for the caches."""
+        active, k = self.scores.size(0), self.beam
+        vocab = log_probs.size(-1)
+        candidates = (self.scores.view(-1, 1) + log_probs).view(active, k * vocab)
+        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (A, 2k), best first
+        origin, token = top_index // vocab, top_index % vocab
+        rank = torch.arange(2 * k, device=token.device)
+        at_limit = (length >= self.limits)[:, None]
+        finishing = (token.eq(eos_id) | at_limit) & (rank < k) & top_scores.isfinite()
+        if finishing.any():
+            self._finish(top_scores, origin, token, finishing, length, alpha)
+        # the k best candidates that did not emit eos stay open (at most k emitted eos)
+        keep = (token.eq(eos_id).long() * 2 * k + rank).argsort(dim=1)[:, :k]
+        self.scores = top_scores.gather(1, keep)
+        rows = (origin.gather(1, keep) + torch.arange(active, device=token.device)[:, None] * k).view(-1)
+        self.tokens = torch.cat([self.tokens.index_select(0, rows), token.gather(1, keep).view(-1, 1)], dim=1)
+        return rows
+
+    def _finish(
+        self, top_scores: torch.Tensor, origin: torch.Tensor, token: torch.Tensor,
+        finishing: torch.Tensor, length: int, alpha: float,
+    ) -> None:
+        """Merge the finishing candidates into the pool of the k best finished ones."""
+        active, k = self.scores.size(0), self.beam
+        rows = (origin + torch.arange(active, device=token.device)[:, None] * k).view(-1)
+        emitted = torch.cat([self.tokens.index_select(0, rows)[:, 1:], token.view(-1, 1)], dim=1)
+        emitted = emitted.view(active, 2 * k, length)
+        width = self.finished_tokens.size(2)
+        emitted = torch.nn.functional.pad(emitted, (0, width - length), value=self.pad_id)
+        normalized = (top_scores / gnmt_penalty(length, alpha)).masked_fill(~finishing, float("-inf"))
+        scores = torch.cat([self.finished_scores, normalized], dim=1)  # (A, 3k)
+        order = scores.argsort(dim=1, descending=True, stable=True)[:, :k]
+        self.finished_scores = scores.gather(1, order)
+        pool = torch.cat([self.finished_tokens, emitted], dim=1)
+        self.finished_tokens = pool.gather(1, order[:, :, None].expand(-1, -1, width))
+
+    def done(self, length: int, alpha: float) -> torch.Tensor:
+        """(A,) True where a sentence can stop: at its length limit, or k finished and
+        no open hypothesis (scored at its current length) beats the worst of them."""
+        full = self.finished_scores.isfinite().all(dim=1)
+        best_open = self.scores.max(dim=1).values / gnmt_penalty(length, alpha)
+        return (length >= self.limits) | (full & (self.finished_scores[:, -1] >= best_open))
+
+    def keep(self, keep: torch.Tensor) -> torch.Tensor:
+        """Drop the sentences not in `keep` (A,) bool; returns the rows (A' * k,) kept."""
+        k = self.beam
+        index = keep.nonzero().view(-1)
+        rows = (index[:, None] * k + torch.arange(k, device=index.device)).view(-1)
+        self.active, self.limits = self.active[index], self.limits[index]
+        self.scores = self.scores[index]
+        self.finished_scores, self.finished_tokens = self.finished_scores[index], self.finished_tokens[index]
+        self.tokens = self.tokens.index_select(0, rows)
+        return rows
+
+
+@torch.inference_mode()
+def beam_search(
+    model: EncoderDecoder,
+    src: torch.Tensor,
+    beam: int,
+    max_len: torch.Tensor | int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    length_penalty: float = 0.6,
+    nbest: int = 1,
+    use_cache: bool = True,
+    min_len: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Beam search over a batch of sources (B, S) with `beam` hypotheses per sentence.
+
+    `max_len` is an int or a (B,) tensor of per-sentence limits, as in `greedy_decode`:
+    an output holds at most max_len + 1 tokens, its eos included; a hypothesis that
+    reaches that length without eos ends there. `min_len` bans eos until at least
+    `min_len` tokens have been emitted (min_len = max_len + 1 forces every output to
+    exactly that many tokens, which speed benchmarks use).
+
+    Returns tokens (B, nbest, T): each row one hypothesis followed by eos (unless it hit
+    its limit), then padding, best first; and scores (B, nbest): the summed
+    log-probabilities divided by the length penalty ((5 + |Y|) / 6) ** length_penalty.
+    With beam = 1 this is `greedy_decode` (the same tokens; the same scores when
+    length_penalty = 0)."""
+    if beam < 1 or not 1 <= nbest <= beam:
+        raise ValueError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
+    batch, device = src.size(0), src.device
+    limits = torch.as_tensor(max_len, device=device).expand(batch) + 1  # + eos
+    alpha = length_penalty
+    search = _Search(batch, beam, limits.clone(), bos_id, pad_id, device)
+    src_mask = padding_mask(src, pad_id)
+    memory = model.encode(src, src_mask)
+    # (B, ...) -> (B * k, ...): row b * k + j is hypothesis j of sentence b
+    memory = memory.repeat_interleave(beam, dim=0)
+    src_mask = src_mask.repeat_interleave(beam, dim=0)
+    cache = model.decoder.init_cache() if use_cache else None
+    out_tokens = torch.full((batch, nbest, int(limits.max())), pad_id, dtype=torch.long, device=device)
+    out_scores = torch.zeros(batch, nbest, device=device)
+    for length in range(1, int(limits.max()) + 1):
+        step_input = search.tokens[:, -1:] if use_cache else search.tokens
+        states = model.decode(memory, src_mask, step_input, cache=cache)
+        log_probs = model.generator(states[:, -1])  # (A * k, V), float32
+        if length <= min_len:
+            log_probs[:, eos_id] = float("-inf")
+        rows = search.step(log_probs, length, eos_id, alpha)
+        if cache is not None:
+            reorder_self_attention(cache, rows)
+        done = search.done(length, alpha)
+        if done.any():
+            finished = search.active[done]
+            out_tokens[finished] = search.finished_tokens[done, :nbest]
+            out_scores[finished] = search.finished_scores[done, :nbest]
+            if done.all():
+                break
+            kept = search.keep(~done)
+            memory, src_mask = memory.index_select(0, kept), src_mask.index_select(0, kept)
+            if cache is not None:
+                cache = reorder_cache(cache, kept)
+    used = out_tokens.ne(pad_id).flatten(0, 1).any(dim=0).nonzero()
+    width = int(used.max()) + 1 if used.numel() else 0
+    return out_tokens[:, :, :width], out_scores

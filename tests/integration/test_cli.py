@@ -1,0 +1,71 @@
+"""The command line: user mistakes give one line and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer_mt.cli import main
+
+
+def cli(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "transformer_mt", *args], input=stdin, text=True,
+                          capture_output=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["train", "tiny", "--run", "RUN", "--model.d_model=31"], "model.d_model: must be divisible"),
+        (["train", "tiny", "--run", "RUN", "--model.dropout=1.5"], "model.dropout: must be in [0, 1)"),
+        (["train", "tiny", "--run", "RUN", "--model.colour=red"], "model.colour: unknown key"),
+        (["train", "nonexistent", "--run", "RUN"], "no such config file or preset"),
+        (["translate", "NOWHERE"], "none: no such run directory"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
+    args = [a.replace("RUN", str(tmp_path / "run")).replace("NOWHERE", str(tmp_path / "none")) for a in args]
+    result = cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_config_file_names_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "my.yaml"
+    config.write_text("model:\n  n_heads: 3\ndata:\n  task: copy\n")
+    result = cli("train", str(config), "--run", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "my.yaml: model.d_model: must be divisible by model.n_heads" in result.stderr
+
+
+def test_unknown_option_is_an_argparse_error(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "run", "--colour"])
+    assert exit_info.value.code == 2
+
+
+def test_translate_reads_stdin(tiny_run: Path) -> None:
+    result = cli("translate", str(tiny_run), stdin="w1 w2 w3\n\nw4\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and lines[1] == ""
+
+
+def test_demo_end_to_end(tmp_path: Path) -> None:
+    """The demo's contract (examples, JSON last line, a usable run) on a few training steps."""
+    out = tmp_path / "demo"
+    result = cli("demo", "--out", str(out), "--train.max_steps=30", "--data.task_size=500",
+                 "--train.valid_every=30")
+    assert result.returncode == 0, result.stderr
+    last = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(last) == {"exact_match", "bleu", "train_seconds", "run_dir"}
+    assert 0.0 <= last["exact_match"] <= 1.0 and last["run_dir"] == str(out)
+    assert result.stdout.count("    ref ") == 5
+    translated = cli("translate", str(out), stdin="seven\n")
+    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
