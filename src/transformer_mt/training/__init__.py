@@ -32,13 +32,14 @@ def resolve_run_config(cfg: Config | None, run: RunDir) -> Config:
 
 def prepare(cfg: Config, run: RunDir, is_main: bool, ctx) -> tuple[Config, Tokenizer, object]:
     """Corpus, tokenizer and encoded data; rank 0 creates files, the others wait and read."""
-    paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
     if is_main:
         run.root.mkdir(parents=True, exist_ok=True)
+        paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
         train_text = read_parallel(*paths.train)
         tokenizer = load_or_train_tokenizer(cfg.data, train_text, run.tokenizer, cfg.train.seed)
     barrier(ctx)
     if not is_main:
+        paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
         train_text = read_parallel(*paths.train)
         tokenizer = Tokenizer.load(run.tokenizer)
     vocab = len(tokenizer)

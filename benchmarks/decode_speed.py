@@ -1,0 +1,239 @@
+"""Decoding speed, side by side: ours (fp32, bf16), Hugging Face Marian, CTranslate2.
+
+Every system gets the same random-weight model size (a preset of configs/), the same
+random source sentences of 10-30 tokens, and must emit exactly `--length` target tokens
+per sentence (eos is banned until then and decoding stops there), so all do the same
+work. Two settings: beam 4 with batches of 32 sentences, and greedy one sentence at a
+time. Prints target tokens/s and sentences/s; with --json the last stdout line is
+
+    {"rows": [{"system", "preset", "setting", "tokens_per_s", "sentences_per_s"}, ...]}
+
+Hugging Face and CTranslate2 rows need `pip install transformers ctranslate2` (they are
+skipped with a message otherwise). The CTranslate2 model is converted from the Hugging
+Face one with its TransformersConverter.
+
+    python benchmarks/decode_speed.py --quick          # small preset, < 3 minutes
+    python benchmarks/decode_speed.py                  # small and base, 500 sentences
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from transformer_mt.config import ModelConfig, load_config, replace
+from transformer_mt.decoding.beam import beam_search
+from transformer_mt.model.transformer import build_model
+
+VOCAB = 8000
+SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
+# Our special ids (tokenizer.py); the Marian model uses eos = 0 and pad = last id.
+PAD, BOS, EOS = 0, 2, 3
+
+
+@dataclass
+class Workload:
+    sentences: list[list[int]]  # source ids in 4 .. VOCAB - 2 (no special id of either convention)
+    length: int                 # target tokens every system must emit
+
+
+# A system turns (batch of sentences, beam, forced length) into decoded outputs; it
+# returns how many target tokens it produced, which the harness checks.
+Decode = Callable[[list[list[int]], int, int], int]
+
+
+def make_workload(count: int, length: int, seed: int = 1) -> Workload:
+    rng = random.Random(seed)
+    sentences = [[rng.randrange(4, VOCAB - 1) for _ in range(rng.randint(10, 30))] for _ in range(count)]
+    return Workload(sentences, length)
+
+
+def model_config(preset: str) -> ModelConfig:
+    cfg = load_config(preset, ["--data.task=copy"]).model
+    return replace(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, dropout=0.0)
+
+
+def ours(cfg: ModelConfig, dtype: torch.dtype) -> Decode:
+    """beam_search on our model; bf16 casts the weights (no autocast re-casting per step)."""
+    torch.manual_seed(1)
+    model = build_model(cfg).eval().to(dtype)
+
+    def decode(batch: list[list[int]], beam: int, length: int) -> int:
+        width = max(len(s) for s in batch) + 1
+        src = torch.full((len(batch), width), PAD, dtype=torch.long)
+        for row, sentence in enumerate(batch):
+            src[row, : len(sentence) + 1] = torch.tensor(sentence + [EOS])
+        # max_len + 1 tokens at most, eos banned for all of them: exactly `length` tokens
+        tokens, _ = beam_search(model, src, beam, length - 1, BOS, EOS, PAD, min_len=length)
+        return int(tokens[:, 0].ne(PAD).sum())
+
+    return decode
+
+
+def hf_marian(cfg: ModelConfig):
+    """A random Hugging Face MarianMTModel of the same sizes (None if not installed)."""
+    try:
+        from transformers import MarianConfig, MarianMTModel
+    except ImportError:
+        return None
+    config = MarianConfig(
+        vocab_size=VOCAB, d_model=cfg.d_model, encoder_layers=cfg.n_layers, decoder_layers=cfg.n_layers,
+        encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, max_position_embeddings=512,
+        activation_function="relu", dropout=0.0, scale_embedding=True,
+        pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1, eos_token_id=0, forced_eos_token_id=None,
+    )
+    torch.manual_seed(1)
+    return MarianMTModel(config).eval()
+
+
+def hf(model) -> Decode:
+    def decode(batch: list[list[int]], beam: int, length: int) -> int:
+        width = max(len(s) for s in batch) + 1
+        ids = torch.full((len(batch), width), VOCAB - 1, dtype=torch.long)
+        for row, sentence in enumerate(batch):
+            ids[row, : len(sentence) + 1] = torch.tensor(sentence + [0])
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids, attention_mask=ids.ne(VOCAB - 1), num_beams=beam, do_sample=False,
+                min_new_tokens=length, max_new_tokens=length, early_stopping=True,
+            )
+        return int(out[:, 1:].ne(VOCAB - 1).sum())  # generated tokens after decoder start
+
+    return decode
+
+
+class _Vocabulary:
+    """What CTranslate2's Marian loader asks of a tokenizer: token strings for the ids."""
+
+    eos_token, unk_token = "</s>", "<unk>"
+
+    def get_vocab(self) -> dict[str, int]:
+        names = {0: "</s>", 1: "<unk>", VOCAB - 1: "<pad>"}
+        return {names.get(i, f"t{i}"): i for i in range(VOCAB)}
+
+
+def ct2_models(model, directory: str) -> dict[str, str] | None:
+    """Convert the Marian model with TransformersConverter, float32 and int8."""
+    try:
+        import ctranslate2
+        from ctranslate2.converters import TransformersConverter
+    except ImportError:
+        return None
+
+    class Converter(TransformersConverter):
+        def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):
+            return _Vocabulary()
+
+    hf_dir = os.path.join(directory, "hf")
+    model.save_pretrained(hf_dir)
+    out = {}
+    for quantization in ("float32", "int8"):
+        path = os.path.join(directory, f"ct2-{quantization}")
+        Converter(hf_dir).convert(path, quantization=quantization, force=True)
+        out[quantization] = path
+    del ctranslate2
+    return out
+
+
+def ct2(path: str, compute_type: str, threads: int) -> Decode:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
+                                        intra_threads=threads, inter_threads=1)
+
+    def decode(batch: list[list[int]], beam: int, length: int) -> int:
+        tokens = [[f"t{i}" for i in sentence] + ["</s>"] for sentence in batch]
+        results = translator.translate_batch(
+            tokens, beam_size=beam, max_batch_size=len(batch), min_decoding_length=length,
+            max_decoding_length=length, num_hypotheses=1,
+        )
+        return sum(len(r.hypotheses[0]) for r in results)
+
+    return decode
+
+
+def measure(decode: Decode, work: Workload, beam: int, batch_size: int) -> tuple[float, float]:
+    """(target tokens/s, sentences/s) over the workload, after one warm-up batch."""
+    ordered = sorted(work.sentences, key=len)
+    batches = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+    decode(batches[0], beam, work.length)
+    start = time.perf_counter()
+    produced = sum(decode(batch, beam, work.length) for batch in batches)
+    seconds = time.perf_counter() - start
+    expected = len(ordered) * work.length
+    if produced != expected:
+        raise RuntimeError(f"produced {produced} target tokens, expected {expected}")
+    return produced / seconds, len(ordered) / seconds
+
+
+def run_preset(preset: str, counts: dict[str, int], length: int, threads: int) -> list[dict]:
+    cfg = model_config(preset)
+    systems: dict[str, Decode] = {"ours-fp32": ours(cfg, torch.float32), "ours-bf16": ours(cfg, torch.bfloat16)}
+    marian = hf_marian(cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        if marian is None:
+            print("hf, ct2: skipped (pip install transformers ctranslate2)", file=sys.stderr)
+        else:
+            systems["hf"] = hf(marian)
+            converted = ct2_models(marian, tmp)
+            if converted is None:
+                print("ct2: skipped (pip install ctranslate2)", file=sys.stderr)
+            else:
+                for quantization, path in converted.items():
+                    systems[f"ct2-{quantization}"] = ct2(path, quantization, threads)
+        rows = []
+        for setting, (beam, batch_size) in SETTINGS.items():
+            work = make_workload(counts[setting], length)
+            for system, decode in systems.items():
+                tokens_per_s, sentences_per_s = measure(decode, work, beam, batch_size)
+                rows.append({"system": system, "preset": preset, "setting": setting,
+                             "tokens_per_s": round(tokens_per_s, 1),
+                             "sentences_per_s": round(sentences_per_s, 2)})
+                print(f"  {preset:5} {setting:14} {system:11} {tokens_per_s:8.0f} tok/s", file=sys.stderr)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'preset':6} {'setting':14} {'system':12} {'target tok/s':>12} {'sent/s':>8}")
+    for row in rows:
+        print(f"{row['preset']:6} {row['setting']:14} {row['system']:12} "
+              f"{row['tokens_per_s']:12.0f} {row['sentences_per_s']:8.1f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small preset, fewer sentences (< 3 minutes)")
+    parser.add_argument("--json", action="store_true", help="last stdout line: the rows as JSON")
+    parser.add_argument("--presets", nargs="+", default=None, help="default: small base (--quick: small)")
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="sentences per setting (default 500; --quick: 256 beam, 48 greedy)")
+    parser.add_argument("--length", type=int, default=20, help="target tokens per sentence (default 20)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads for every system")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    presets = args.presets or (["small"] if args.quick else ["small", "base"])
+    if args.sentences:
+        counts = dict.fromkeys(SETTINGS, args.sentences)
+    else:
+        counts = {"beam4-batch32": 256, "greedy-batch1": 48} if args.quick else dict.fromkeys(SETTINGS, 500)
+    print(f"{args.threads} threads, torch {torch.__version__}, {args.length} target tokens per sentence",
+          file=sys.stderr)
+    rows = [row for preset in presets for row in run_preset(preset, counts, args.length, args.threads)]
+    print_table(rows)
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
