@@ -1,25 +1,210 @@
-"""Sub-commands that use a trained run: translate, evaluate."""
+"""Sub-commands that use a trained run: translate, evaluate.
+
+    transformer-mt translate RUN [-i FILE] [-o FILE] [--beam K] [--nbest N] ...
+    transformer-mt evaluate RUN --src FILE --ref FILE [--json] [--lowercase-tokenized] ...
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import select
 import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from transformer_mt.cli import positive_int
+from transformer_mt.data.corpus import CorpusError, read_lines
+from transformer_mt.errors import UserError
+from transformer_mt.run import CHECKPOINT_CHOICES
+
+log = logging.getLogger("transformer_mt")
+
+STREAM_LINES = 64  # most stdin lines translated together, when they are already waiting
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options translate and evaluate share: which weights, where, how to search."""
+    parser.add_argument("run", help="run directory written by `train` or `demo`")
+    parser.add_argument("--beam", type=positive_int, help="beam size (1 = greedy; default: the run's decode.beam)")
+    parser.add_argument("--length-penalty", type=float, help="alpha of ((5 + len) / 6)^alpha (default: the run's)")
+    parser.add_argument("--batch-tokens", type=positive_int, help="source tokens per batch (default: the run's)")
+    parser.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
+                        help="best (default), last step checkpoint, or average.safetensors")
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1 ...")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="weights in float32 (default) or bfloat16")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     translate = subparsers.add_parser(
-        "translate", help="translate stdin (or a file) with a trained run",
-        description="Translate lines from stdin to stdout, one output line per input line.",
+        "translate", help="translate a file, stdin, or sentences typed at a prompt",
+        description="Translate one sentence per line: FILE to FILE with -i/-o, or stdin to stdout "
+                    "line by line as lines arrive; at a terminal, an interactive prompt.",
+        epilog="With --nbest N every input line gives N lines 'INDEX ||| TRANSLATION ||| SCORE' "
+               "(INDEX counts input lines from 0; SCORE is the log-probability divided by the length penalty).",
     )
-    translate.add_argument("run", help="run directory written by `train` or `demo`")
-    translate.add_argument("--device", default="auto", help="auto, cpu, cuda ...")
+    add_decoding_arguments(translate)
+    translate.add_argument("-i", "--input", help="input file (UTF-8, .gz allowed; default: stdin)")
+    translate.add_argument("-o", "--output", help="output file, written whole at the end (default: stdout)")
+    translate.add_argument("--nbest", type=positive_int, default=1, help="translations per line (default 1)")
     translate.set_defaults(func=run_translate)
+
+    evaluate = subparsers.add_parser(
+        "evaluate", help="translate a test set and score it with sacreBLEU (BLEU, chrF)",
+        description="Translate --src and score the output against --ref: BLEU and chrF with their "
+                    "sacreBLEU signatures, computed exactly as during training validation.",
+    )
+    add_decoding_arguments(evaluate)
+    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
+    evaluate.add_argument("--ref", required=True, help="reference translations, line N for line N of --src")
+    evaluate.add_argument("--lowercase-tokenized", action="store_true",
+                          help="also report BLEU on lowercased, 13a-tokenized text")
+    evaluate.add_argument("--hyp", help="also write the translations to this file")
+    evaluate.add_argument("--json", action="store_true", help="last stdout line: the scores as JSON")
+    evaluate.set_defaults(func=run_evaluate)
+
+
+def load_translator(args: argparse.Namespace):
+    from transformer_mt.translator import Translator
+
+    overrides = {key: value for key, value in (
+        ("beam", args.beam), ("length_penalty", args.length_penalty), ("batch_tokens", args.batch_tokens),
+    ) if value is not None}
+    return Translator.from_run(args.run, device=args.device, checkpoint=args.checkpoint, dtype=args.dtype,
+                               **overrides)
+
+
+def write_lines_atomic(path: str | Path, lines: list[str]) -> None:
+    """Write lines to a temporary file beside `path`, then rename it over `path`."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+            handle.writelines(line + "\n" for line in lines)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot be written ({err.strerror})") from None
+
+
+def output_lines(translator, lines: list[str], nbest: int, first_index: int = 0) -> list[str]:
+    """Translations of `lines`; with nbest > 1, 'INDEX ||| TEXT ||| SCORE' lines."""
+    if nbest == 1:
+        return translator.translate(lines)
+    return [
+        f"{first_index + index} ||| {text} ||| {score:.4f}"
+        for index, found in enumerate(translator.translate_nbest(lines, nbest))
+        for text, score in found
+    ]
+
+
+def decode_line(raw: bytes, number: int, name: str = "<stdin>") -> str:
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as err:
+        raise CorpusError(f"{name}, line {number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
+                          "convert the input to UTF-8 (e.g. with iconv)") from None
+
+
+def stdin_batches(fd: int, max_lines: int = STREAM_LINES) -> Iterator[list[bytes]]:
+    """Lines of `fd` in groups: every line that is already waiting (up to max_lines), so
+    a pipe of many lines is batched while a line typed or sent alone is answered at once."""
+    pending, lines = b"", []
+    while True:
+        while len(lines) >= max_lines:
+            yield lines[:max_lines]
+            lines = lines[max_lines:]
+        if lines and not select.select([fd], [], [], 0)[0]:
+            yield lines
+            lines = []
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        *complete, pending = (pending + chunk).split(b"\n")
+        lines.extend(complete)
+    lines += [pending] if pending else []
+    for start in range(0, len(lines), max_lines):
+        yield lines[start : start + max_lines]
+
+
+def stream(translator, nbest: int) -> None:
+    """stdin to stdout, answering each group of waiting lines before reading on."""
+    number = 0
+    for raw_lines in stdin_batches(sys.stdin.fileno()):
+        lines = [decode_line(raw, number + i + 1) for i, raw in enumerate(raw_lines)]
+        for line in output_lines(translator, lines, nbest, number):
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        number += len(lines)
+
+
+def interactive(translator, nbest: int) -> None:
+    """A prompt at a terminal: type a sentence, get its translation; Ctrl-D ends."""
+    print("Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
+    number = 0
+    while True:
+        print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            print(file=sys.stderr)
+            return
+        for out in output_lines(translator, [line.rstrip("\r\n")], nbest, number):
+            print(out, flush=True)
+        number += 1
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    from transformer_mt.translator import Translator
+    translator = load_translator(args)
+    if args.input is None and args.output is None:
+        if sys.stdin.isatty():
+            interactive(translator, args.nbest)
+        else:
+            stream(translator, args.nbest)
+        return 0
+    if args.input is not None:
+        lines = read_lines(args.input)
+    else:
+        lines = [decode_line(raw, n) for n, raw in enumerate(sys.stdin.buffer.read().split(b"\n"), start=1)]
+        lines = lines[:-1] if lines and lines[-1] == "" else lines
+    start = time.perf_counter()
+    outputs = output_lines(translator, lines, args.nbest)
+    seconds = time.perf_counter() - start
+    log.info("translated %d lines in %.1f s (%.1f lines/s)", len(lines), seconds, len(lines) / max(seconds, 1e-9))
+    if args.output is None:
+        sys.stdout.writelines(line + "\n" for line in outputs)
+        sys.stdout.flush()
+    else:
+        write_lines_atomic(args.output, outputs)
+    return 0
 
-    translator = Translator.from_run(args.run, device=args.device)
-    for line in sys.stdin:
-        print(translator.translate([line.rstrip("\r\n")])[0], flush=True)
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from transformer_mt.evaluation import score
+
+    sources, references = read_lines(args.src), read_lines(args.ref)
+    if len(sources) != len(references):
+        raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
+                        "line N of --ref must translate line N of --src")
+    if not sources:
+        raise UserError(f"{args.src}: the file is empty")
+    translator = load_translator(args)
+    start = time.perf_counter()
+    hypotheses = translator.translate(sources)
+    seconds = time.perf_counter() - start
+    if args.hyp:
+        write_lines_atomic(args.hyp, hypotheses)
+    scores = score(hypotheses, references, lowercase_tokenized=args.lowercase_tokenized)
+    print(f"BLEU = {scores.bleu:.2f}  {scores.bleu_signature}")
+    print(f"chrF = {scores.chrf:.2f}  {scores.chrf_signature}")
+    if scores.bleu_lc_tok is not None:
+        print(f"BLEU (lowercased, 13a-tokenized) = {scores.bleu_lc_tok:.2f}")
+    log.info("%d sentences, beam %d, %s checkpoint, %.1f s", len(sources), translator.decode_cfg.beam,
+             args.checkpoint, seconds)
+    if args.json:
+        print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": translator.decode_cfg.beam,
+                          "checkpoint": args.checkpoint, "seconds": round(seconds, 2)}))
     return 0

@@ -1,0 +1,175 @@
+"""Training speed: target tokens/s and useful GFLOP/s of our Transformer and of
+torch.nn.Transformer of the same sizes, on identical length-bucketed batches.
+
+    python benchmarks/train_speed.py [--quick] [--compile] [--json]
+
+One "step" is forward + label-smoothed loss + backward + Adam update on one batch of
+about 4000 real target tokens (random token ids, Multi30k-like lengths, grouped by length).
+
+Useful FLOPs count only real (non-padding) tokens, 3x the forward matmul FLOPs (forward +
+backward), with d = d_model, f = d_ff, N layers, V vocabulary, S/T real source/target
+tokens of a sentence:
+    encoder    N * S * (2 * (4 d^2 + 2 d f) + 4 S d)
+    decoder    N * T * (2 * (6 d^2 + 2 d f) + 2 T d + 4 S d) + N * S * 2 * 2 d^2   (cross K, V)
+    generator  T * 2 d V
+    useful = 3 * (encoder + decoder + generator)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_mt.config import load_config, replace
+from transformer_mt.data.batching import batch_indices, collate
+from transformer_mt.model import build_model, padding_mask
+from transformer_mt.model.embeddings import PositionalEncoding
+
+VOCAB, PAD = 8000, 0
+
+
+def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
+    """Measured GFLOP/s of a square matrix product in `dtype`."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def make_batches(n_batches: int, target_tokens: int = 4000, seed: int = 0) -> list:
+    """Length-bucketed batches of random ids with Multi30k-like lengths (mean ~16 subwords)."""
+    rng = random.Random(seed)
+    src_len = [max(3, min(60, int(rng.gauss(16, 6)))) for _ in range(40000)]
+    tgt_len = [max(3, min(60, int(s * rng.uniform(0.9, 1.3)))) for s in src_len]
+    buckets = batch_indices(src_len, tgt_len, max_tokens=6000, seed=seed)
+    batches = []
+    for bucket in buckets:
+        real = sum(tgt_len[i] + 1 for i in bucket)
+        scale = target_tokens / max(real, 1)
+        chosen = bucket[: max(1, int(len(bucket) * scale))]
+        src = [[rng.randrange(4, VOCAB) for _ in range(src_len[i])] for i in chosen]
+        tgt = [[rng.randrange(4, VOCAB) for _ in range(tgt_len[i])] for i in chosen]
+        batches.append(collate(src, tgt))
+        if len(batches) == n_batches:
+            break
+    return batches
+
+
+def useful_flops(batch, d: int, f: int, n: int, vocab: int) -> float:
+    src_lens = (batch.src != PAD).sum(1).tolist()
+    tgt_lens = (batch.tgt_out != PAD).sum(1).tolist()
+    total = 0.0
+    for s, t in zip(src_lens, tgt_lens):
+        enc = n * s * (2 * (4 * d * d + 2 * d * f) + 4 * s * d)
+        dec = n * t * (2 * (6 * d * d + 2 * d * f) + 2 * t * d + 4 * s * d) + n * s * 4 * d * d
+        total += enc + dec + t * 2 * d * vocab
+    return 3 * total
+
+
+class TorchTransformer(nn.Module):
+    """nn.Transformer with embeddings, positional encoding and a tied generator."""
+
+    def __init__(self, n: int, d: int, f: int, h: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, d)
+        nn.init.xavier_uniform_(self.embed.weight)
+        self.positional = PositionalEncoding(d, dropout)
+        self.transformer = nn.Transformer(d, h, n, n, f, dropout, batch_first=True, norm_first=norm_first)
+        self.scale = math.sqrt(d)
+
+    def forward(self, src, tgt_in, src_mask=None):
+        pad_src, pad_tgt = src == PAD, tgt_in == PAD
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
+        out = self.transformer(
+            self.positional(self.embed(src) * self.scale), self.positional(self.embed(tgt_in) * self.scale),
+            tgt_mask=causal, src_key_padding_mask=pad_src, tgt_key_padding_mask=pad_tgt,
+            memory_key_padding_mask=pad_src, tgt_is_causal=True,
+        )
+        return F.linear(out, self.embed.weight)
+
+
+class Ours(nn.Module):
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.model = build_model(cfg)
+
+    def forward(self, src, tgt_in, src_mask):
+        return self.model.generator.logits(self.model(src, tgt_in, src_mask))
+
+
+def time_steps(model: nn.Module, batches: list, dtype: str, warmup: int) -> tuple[float, int]:
+    """Seconds and target tokens of len(batches) - warmup timed training steps."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    model.train()
+    seconds, tokens = 0.0, 0
+    for i, batch in enumerate(batches):
+        start = time.perf_counter()
+        context = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
+        with context:
+            logits = model(batch.src, batch.tgt_in, padding_mask(batch.src, PAD))
+        loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(),
+                               ignore_index=PAD, label_smoothing=0.1)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i >= warmup:
+            seconds += time.perf_counter() - start
+            tokens += batch.n_tokens
+    return seconds, tokens
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small preset only, fewer steps (< 3 min)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile)")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per row (default 8, quick 4)")
+    parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    steps = args.steps or (4 if args.quick else 8)
+    warmup = 2
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    print(f"matmul peak: fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s", file=sys.stderr)
+    batches = make_batches(steps + warmup)
+    presets = ["small"] if args.quick else ["small", "base"]
+    rows = []
+    print(f"{'impl':<24}{'preset':<8}{'dtype':<6}{'tok/s':>9}{'GFLOP/s':>9}{'% peak':>8}")
+    for preset in presets:
+        cfg = load_config(preset).model
+        cfg = replace(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
+        impls = {
+            "ours": lambda: Ours(cfg),
+            "nn.Transformer": lambda: TorchTransformer(cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads,
+                                                       cfg.dropout, cfg.norm_first),
+        }
+        if args.compile:
+            impls["nn.Transformer+compile"] = lambda: torch.compile(impls["nn.Transformer"]())
+            impls["ours+compile"] = lambda: torch.compile(Ours(cfg))
+        flops = sum(useful_flops(b, cfg.d_model, cfg.d_ff, cfg.n_layers, VOCAB) for b in batches[warmup:])
+        for dtype in ("fp32", "bf16"):
+            for name, make in impls.items():
+                torch.manual_seed(0)
+                seconds, tokens = time_steps(make(), batches, dtype, warmup)
+                row = {"impl": name, "preset": preset, "dtype": dtype, "tokens_per_s": tokens / seconds,
+                       "useful_gflops": flops / seconds / 1e9}
+                rows.append(row)
+                print(f"{name:<24}{preset:<8}{dtype:<6}{row['tokens_per_s']:>9.0f}{row['useful_gflops']:>9.1f}"
+                      f"{100 * row['useful_gflops'] / peaks[dtype]:>7.0f}%", flush=True)
+    if args.json:
+        print(json.dumps({"peak_gflops": peaks, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
