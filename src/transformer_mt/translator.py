@@ -132,7 +132,7 @@ class Translator:
     def translate(self, lines: list[str]) -> list[str]:
         """Translate sentences; an empty line gives an empty line, order is kept."""
         found = self._search(lines, self.decode_cfg.beam, 1)
-        return self.tokenizer.decode([hypotheses[0][0] for hypotheses in found])
+        return self.tokenizer.decode([hypotheses[0][0] for hypotheses in found]) if lines else []
 
     def translate_nbest(self, lines: list[str], n: int) -> list[list[tuple[str, float]]]:
         """The n best translations of each line, best first, with their scores (log-prob
