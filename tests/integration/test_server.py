@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def post(client: TestClient, body: object) -> httpx.Response:
 def test_health_describes_the_model(client: TestClient, translator: Translator) -> None:
     info = client.get("/api/health").json()
     assert info["status"] == "ok" and info["run"] == "tiny"
-    assert info["n_layers"] == len(translator.model.encoder.layers) and info["n_heads"] == 2
+    attention = translator.model.encoder.layers[0].self_attn
+    assert info["n_layers"] == len(translator.model.encoder.layers) and info["n_heads"] == attention.n_heads
     assert info["limits"] == {"max_chars": 200, "max_sentences": 4, "max_beam": 4}
 
 
@@ -151,6 +153,22 @@ def test_concurrent_requests_share_one_model(service: TranslationService, transl
     assert all(translations == expected for _, translations in answers)
     assert all(module.store_attention is False for module in translator.model.modules()
                if hasattr(module, "store_attention"))
+
+
+def test_waiting_requests_are_translated_in_one_batch(service: TranslationService, translator: Translator) -> None:
+    expected = translator.translate(SENTENCES)
+    batches = service.batches
+    with ThreadPoolExecutor(4) as pool:
+        with service.lock:  # the model is busy: the four requests queue up
+            futures = [pool.submit(service.translate, [s], 1, 1, i == 0) for i, s in enumerate(SENTENCES)]
+            deadline = time.monotonic() + 30
+            while len(service.queue) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        answers = [f.result(timeout=60) for f in futures]
+    assert service.batches == batches + 1
+    assert [a["translations"][0] for a in answers] == expected
+    assert answers[0]["results"][0]["attention"]["layers"] == len(translator.model.encoder.layers)
+    assert "attention" not in answers[1]["results"][0]
 
 
 def test_serve_binds_loopback_by_default() -> None:

@@ -133,8 +133,8 @@ def test_attention_single_layer_and_head(tmp_path: Path, tiny_run: Path, maps) -
     "args, message",
     [
         (["--layer", "1"], "--layer and --head together"),
-        (["--layer", "3", "--head", "1"], "--layer must be between 1 and 2"),
-        (["--layer", "1", "--head", "9"], "--head must be between 1 and 2"),
+        (["--layer", "99", "--head", "1"], "--layer must be between 1 and "),
+        (["--layer", "1", "--head", "99"], "--head must be between 1 and "),
         (["--out", "attn.pdf"], "must end in .png or .svg"),
     ],
 )

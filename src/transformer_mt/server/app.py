@@ -85,6 +85,7 @@ class HealthResponse(BaseModel):
     beam_search: bool
     limits: dict[str, int]
     requests: int
+    batches: int = Field(description="decoding calls: fewer than requests when waiting requests were batched")
 
 
 def request_sentences(request: TranslateRequest, limits: Limits) -> list[str]:

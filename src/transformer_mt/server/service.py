@@ -2,7 +2,12 @@
 
 Requests run in a thread pool; a lock makes each translation (and the attention pass,
 which switches the model's `store_attention` flag) run alone on the model, so concurrent
-requests never see each other's settings or weights."""
+requests never see each other's settings or weights.
+
+Requests that wait for the model are batched: a request queues its sentences, then
+takes the lock; whoever holds it translates every queued request with the same beam and
+n-best in one call, so under load the model decodes large batches instead of one short
+sentence at a time. A request whose sentences were translated meanwhile just returns."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from transformer_mt.errors import UserError
 from transformer_mt.viz.attention import AttentionMaps, attention_maps
 
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
+MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,17 @@ class Hypothesis:
     score: float | None = None
 
 
+@dataclass(eq=False)
+class Job:
+    """The sentences of one request, waiting for the model."""
+
+    sentences: list[str]
+    beam: int
+    nbest: int
+    hypotheses: list[list[Hypothesis]] | None = None
+    error: BaseException | None = None
+
+
 class TranslationService:
     """Translations, subword tokens and cross-attention for lists of sentences."""
 
@@ -46,7 +63,10 @@ class TranslationService:
         self.name = name
         self.limits = limits
         self.lock = threading.Lock()
+        self.queue_lock = threading.Lock()
+        self.queue: list[Job] = []
         self.requests = 0
+        self.batches = 0
 
     def info(self) -> dict[str, Any]:
         """What the page shows about the model: its sizes, device and the request limits."""
@@ -63,6 +83,7 @@ class TranslationService:
             "beam_search": hasattr(self.translator, "translate_nbest"),
             "limits": self.limits.as_dict(),
             "requests": self.requests,
+            "batches": self.batches,
         }
 
     def _nbest(self, sentences: list[str], beam: int, nbest: int) -> list[list[Hypothesis]]:
@@ -80,6 +101,36 @@ class TranslationService:
         finally:
             translator.decode_cfg = saved
 
+    def _take_group(self, job: Job) -> list[Job]:
+        """`job` and the queued jobs that can share its decoding call, off the queue."""
+        with self.queue_lock:
+            group, size = [], 0
+            for other in self.queue:
+                same = (other.beam, other.nbest) == (job.beam, job.nbest)
+                if other is job or (same and size + len(other.sentences) <= MAX_GROUP_SENTENCES):
+                    group.append(other)
+                    size += len(other.sentences)
+            self.queue = [other for other in self.queue if other not in group]
+        return group
+
+    def _run_group(self, group: list[Job]) -> None:
+        """Translate the sentences of every job in one call (caller holds the lock); if
+        that fails, each job alone, so one bad request cannot fail the others."""
+        self.batches += 1
+        try:
+            hypotheses = self._nbest([s for job in group for s in job.sentences], group[0].beam, group[0].nbest)
+        except Exception as err:
+            if len(group) == 1:
+                group[0].error = err
+                return
+            for job in group:
+                self._run_group([job])
+            return
+        start = 0
+        for job in group:
+            job.hypotheses = hypotheses[start : start + len(job.sentences)]
+            start += len(job.sentences)
+
     def _attention(self, sentence: str, translation: str) -> AttentionMaps | None:
         if not sentence.strip():
             return None
@@ -92,9 +143,16 @@ class TranslationService:
         if nbest > beam:
             raise UserError(f"nbest ({nbest}) cannot exceed beam ({beam})")
         start = time.perf_counter()
+        job = Job(sentences, beam, nbest)
+        with self.queue_lock:
+            self.queue.append(job)
         with self.lock:
             self.requests += 1
-            hypotheses = self._nbest(sentences, beam, nbest)
+            if job.hypotheses is None and job.error is None:
+                self._run_group(self._take_group(job))
+            if job.error is not None:
+                raise job.error
+            hypotheses = job.hypotheses
             maps = [self._attention(s, h[0].text) if attention else None for s, h in zip(sentences, hypotheses)]
         tokenizer = self.translator.tokenizer
         results = []
