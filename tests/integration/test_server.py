@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -187,8 +186,12 @@ def test_background_server_refuses_other_addresses(service: TranslationService) 
         BackgroundServer(create_app(service), host="0.0.0.0")
 
 
-def test_nbest_is_returned_per_sentence(client: TestClient) -> None:
-    data = post(client, {"text": "w1 w2 w3", "beam": 2, "nbest": 2}).json()
-    hypotheses = data["results"][0]["nbest"]
-    assert 1 <= len(hypotheses) <= 2 and hypotheses[0]["text"] == data["translations"][0]
-    assert json.dumps(data)
+def test_beam_and_nbest(client: TestClient, translator: Translator) -> None:
+    data = post(client, {"text": "w1 w2 w3\nw4 w5", "beam": 3, "nbest": 2}).json()
+    expected = translator.translate_nbest(["w1 w2 w3", "w4 w5"], 2)
+    for result, hypotheses in zip(data["results"], expected):
+        assert [h["text"] for h in result["nbest"]] == [text for text, _ in hypotheses]
+        scores = [h["score"] for h in result["nbest"]]
+        assert len(scores) == 2 and scores[0] >= scores[1]
+        assert result["translation"] == result["nbest"][0]["text"]
+    assert data["beam"] == 3 and data["nbest"] == 2

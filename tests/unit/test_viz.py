@@ -22,6 +22,7 @@ from transformer_mt.viz import (
     attention_grid_figure,
     attention_head_figure,
     attention_maps,
+    forced_attention,
     pixel_size,
     read_metrics,
 )
@@ -159,6 +160,13 @@ def test_attention_maps_follow_the_translation(translator: Translator, maps) -> 
     assert maps.encoder.shape == (layers, heads, len(maps.source), len(maps.source))
     assert maps.decoder.shape == (layers, heads, len(maps.target), len(maps.target))
     assert maps.cross.shape == (layers, heads, len(maps.target), len(maps.source))
+
+
+def test_forced_attention_along_the_translation_equals_the_translators(translator: Translator, maps) -> None:
+    forced = forced_attention(translator, "w3 w1 w4 w1 w5", maps.translation)
+    assert (forced.source, forced.target_in) == (maps.source, maps.target_in)
+    for kind in KINDS:
+        torch.testing.assert_close(forced.weights(kind), maps.weights(kind))
 
 
 @pytest.mark.parametrize("kind", KINDS)

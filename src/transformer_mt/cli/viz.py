@@ -59,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help="which attention (default: all, one file each, named OUT-KIND.EXT)")
     attention.add_argument("--layer", type=positive_int, help="only this layer (from 1; needs --head)")
     attention.add_argument("--head", type=positive_int, help="only this head (from 1; needs --layer)")
+    attention.add_argument("--beam", type=positive_int, help="beam size of the translation (default: the run's decode.beam)")
     attention.add_argument("--device", default="cpu", help="cpu (default), cuda, auto ...")
     attention.set_defaults(func=plot_attention)
 
@@ -171,15 +172,15 @@ def attention_outputs(out: Path, kinds: list[str]) -> dict[str, Path]:
 
 def plot_attention(args: argparse.Namespace) -> int:
     from transformer_mt.translator import Translator
-    from transformer_mt.viz import KINDS, attention_grid_figure, attention_head_figure, save_figure
+    from transformer_mt.viz import KINDS, attention_grid_figure, attention_head_figure, attention_maps, save_figure
     from transformer_mt.viz.figure import check_output
-    from transformer_mt.viz.attention import translator_attention
 
     if (args.layer is None) != (args.head is None):
         raise UserError("give --layer and --head together (or neither for every layer and head)")
     out = check_output(args.out)
     kinds = list(KINDS) if args.kind == "all" else [args.kind]
-    maps = translator_attention(Translator.from_run(args.run, device=args.device), args.sentence)
+    overrides = {"beam": args.beam} if args.beam else {}
+    maps = attention_maps(Translator.from_run(args.run, device=args.device, **overrides), args.sentence)
     if args.layer is not None:
         maps.check_layer_head(args.layer, args.head)
     log.info("translation: %s", maps.translation)

@@ -45,7 +45,7 @@ class TranslateRequest(BaseModel):
 
 class HypothesisOut(BaseModel):
     text: str
-    score: float | None = Field(None, description="model log-probability (None when not computed)")
+    score: float = Field(description="log-probability divided by the length penalty")
 
 
 class AttentionOut(BaseModel):
@@ -82,7 +82,6 @@ class HealthResponse(BaseModel):
     d_model: int
     vocab_size: int
     default_beam: int
-    beam_search: bool
     limits: dict[str, int]
     requests: int
     batches: int = Field(description="decoding calls: fewer than requests when waiting requests were batched")

@@ -18,7 +18,8 @@ from typing import Any
 
 from transformer_mt.config import replace
 from transformer_mt.errors import UserError
-from transformer_mt.viz.attention import AttentionMaps, attention_maps
+from transformer_mt.translator import Translator
+from transformer_mt.viz.attention import AttentionMaps, forced_attention
 
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
 MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests
@@ -38,10 +39,10 @@ class Limits:
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """One translation of a sentence, with its model score when the decoder gives one."""
+    """One translation of a sentence and its score (log-probability / length penalty)."""
 
     text: str
-    score: float | None = None
+    score: float
 
 
 @dataclass(eq=False)
@@ -58,7 +59,7 @@ class Job:
 class TranslationService:
     """Translations, subword tokens and cross-attention for lists of sentences."""
 
-    def __init__(self, translator: Any, name: str = "model", limits: Limits = Limits()) -> None:
+    def __init__(self, translator: Translator, name: str = "model", limits: Limits = Limits()) -> None:
         self.translator = translator
         self.name = name
         self.limits = limits
@@ -80,7 +81,6 @@ class TranslationService:
             "d_model": model.encoder.layers[0].self_attn.d_model,
             "vocab_size": len(self.translator.tokenizer),
             "default_beam": self.translator.decode_cfg.beam,
-            "beam_search": hasattr(self.translator, "translate_nbest"),
             "limits": self.limits.as_dict(),
             "requests": self.requests,
             "batches": self.batches,
@@ -92,14 +92,10 @@ class TranslationService:
         saved = translator.decode_cfg
         translator.decode_cfg = replace(saved, beam=beam)
         try:
-            if hasattr(translator, "translate_nbest"):
-                return [
-                    [_hypothesis(item) for item in row]
-                    for row in translator.translate_nbest(sentences, nbest)
-                ]
-            return [[Hypothesis(text)] for text in translator.translate(sentences)]
+            found = translator.translate_nbest(sentences, nbest)
         finally:
             translator.decode_cfg = saved
+        return [[Hypothesis(text, score) for text, score in row] for row in found]
 
     def _take_group(self, job: Job) -> list[Job]:
         """`job` and the queued jobs that can share its decoding call, off the queue."""
@@ -134,7 +130,7 @@ class TranslationService:
     def _attention(self, sentence: str, translation: str) -> AttentionMaps | None:
         if not sentence.strip():
             return None
-        return attention_maps(self.translator, sentence, translation)
+        return forced_attention(self.translator, sentence, translation)
 
     def translate(self, sentences: list[str], beam: int, nbest: int, attention: bool) -> dict[str, Any]:
         """The API's answer for `sentences` (see server/app.py for its fields)."""
@@ -174,16 +170,6 @@ class TranslationService:
             "nbest": nbest,
             "elapsed_ms": round(1000 * (time.perf_counter() - start), 2),
         }
-
-
-def _hypothesis(item: Any) -> Hypothesis:
-    """A Hypothesis from what `translate_nbest` yields: text, (text, score) or an object
-    with `.text` and `.score`."""
-    if isinstance(item, str):
-        return Hypothesis(item)
-    if isinstance(item, (tuple, list)):
-        return Hypothesis(str(item[0]), float(item[1]) if len(item) > 1 else None)
-    return Hypothesis(str(item.text), float(getattr(item, "score", None) or 0.0))
 
 
 def attention_payload(maps: AttentionMaps | None) -> dict[str, Any] | None:

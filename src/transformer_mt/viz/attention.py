@@ -1,9 +1,10 @@
 """Where every head looks: attention weights of one sentence, and their figures.
 
-`attention_maps` translates a sentence (or takes a given translation), then runs one
+`attention_maps` asks the Translator (which translates the sentence, then runs one
 teacher-forced pass with `store_attention` on, so every MultiHeadAttention keeps its
-weights: encoder self-attention, decoder self-attention and cross-attention, for every
-layer and head. Rows are queries, columns are keys, and every row sums to 1.
+weights); `forced_attention` does that pass along a translation already found. Either
+gives encoder self-attention, decoder self-attention and cross-attention for every layer
+and head. Rows are queries, columns are keys, and every row sums to 1.
 
 Layers and heads are numbered from 1 in figures, the CLI and the web page."""
 
@@ -16,9 +17,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer_mt.decoding.greedy import greedy_decode, max_lengths
 from transformer_mt.errors import UserError
 from transformer_mt.model.masks import padding_mask
+from transformer_mt.translator import Translator
 from transformer_mt.viz.figure import new_figure
 
 KINDS = ("encoder", "decoder", "cross")
@@ -75,18 +76,11 @@ class AttentionMaps:
             raise UserError(f"--head must be between 1 and {self.n_heads}, got {head}")
 
 
-def _source_ids(translator, sentence: str) -> list[int]:
+def _source_ids(translator: Translator, sentence: str) -> list[int]:
     if not sentence.strip():
         raise UserError("the sentence to show attention for is empty")
     ids = translator.tokenizer.encode([sentence])[0][: translator.max_source]
     return ids + [EOS_ID]
-
-
-def _greedy_output(translator, src: torch.Tensor) -> list[int]:
-    cfg = translator.decode_cfg
-    limit = max_lengths((src != PAD_ID).sum(1), cfg.max_len_a, cfg.max_len_b).clamp(max=translator.max_source)
-    tokens, _ = greedy_decode(translator.model, src, limit, BOS_ID, EOS_ID, PAD_ID)
-    return [i for i in tokens[0].tolist() if i != PAD_ID]
 
 
 def _stacked(modules: list[torch.nn.Module]) -> torch.Tensor:
@@ -94,19 +88,20 @@ def _stacked(modules: list[torch.nn.Module]) -> torch.Tensor:
     return torch.stack([m.attn[0].float().cpu() for m in modules])
 
 
-def attention_maps(translator, sentence: str, translation: str | None = None) -> AttentionMaps:
-    """Attention weights of `sentence` and its translation by `translator` (a Translator).
+def attention_maps(translator: Translator, sentence: str) -> AttentionMaps:
+    """Attention weights of `sentence` and its translation with the translator's own
+    decoding settings (`Translator.attention`)."""
+    return AttentionMaps(**translator.attention(sentence))
 
-    Without `translation` the sentence is translated greedily first; with it, that text
-    (for example a beam-search result) is the target the decoder is forced along."""
+
+def forced_attention(translator: Translator, sentence: str, translation: str) -> AttentionMaps:
+    """Attention weights with the decoder forced along `translation` (for example one
+    already found by a batched beam search), so the weights explain exactly that text
+    without decoding the sentence again. Not thread-safe: it switches the shared model's
+    `store_attention` (the server calls it under its model lock)."""
     model = translator.model
     src = torch.tensor([_source_ids(translator, sentence)], device=translator.device)
-    if translation is None:
-        output = _greedy_output(translator, src)
-    else:
-        output = translator.tokenizer.encode([translation])[0][: translator.max_source] + [EOS_ID]
-    if not output:
-        output = [EOS_ID]
+    output = translator.tokenizer.encode([translation])[0][: translator.max_source] + [EOS_ID]
     tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=translator.device)
     model.set_store_attention(True)
     try:
@@ -127,11 +122,6 @@ def attention_maps(translator, sentence: str, translation: str | None = None) ->
         decoder=decoder,
         cross=cross,
     )
-
-
-def translator_attention(translator, sentence: str) -> AttentionMaps:
-    """The attention of `sentence` translated by `translator`."""
-    return attention_maps(translator, sentence)
 
 
 def _heatmap(ax: Axes, weights: torch.Tensor, rows: list[str], cols: list[str], fontsize: float) -> object:
