@@ -1,0 +1,149 @@
+"""`transformer-mt translate` and `evaluate` end to end on the tiny copy-task run."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import tiny_config
+
+from transformer_mt.cli import main
+from transformer_mt.training import fit
+from transformer_mt.translator import Translator
+
+LINES = ["w4 w3", "w7 w1 w9 w2", "", "w10 w5"]
+
+
+def spawn(*args: str, stdin=subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "transformer_mt", *args], stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def read_line(process: subprocess.Popen, timeout: float = 120.0) -> str:
+    """One stdout line, failing instead of hanging if none comes."""
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, "no output line although the input line was sent"
+    return process.stdout.readline().decode("utf-8")
+
+
+@pytest.fixture
+def source_file(tmp_path: Path) -> Path:
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+def test_file_to_file_matches_the_python_api(tiny_run: Path, source_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    assert main(["translate", str(tiny_run), "-i", str(source_file), "-o", str(out), "--beam", "3",
+                 "--device", "cpu"]) == 0
+    expected = Translator.from_run(tiny_run, device="cpu", beam=3).translate(LINES)
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_nbest_lines_carry_index_text_and_score(tiny_run: Path, source_file: Path, capsys) -> None:
+    assert main(["translate", str(tiny_run), "-i", str(source_file), "--nbest", "2", "--device", "cpu"]) == 0
+    rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    assert [int(index) for index, _, _ in rows] == [0, 0, 1, 1, 2, 3, 3]  # the empty line has one
+    for _, _, score in rows:
+        float(score)
+
+
+def test_stdin_is_answered_line_by_line(tiny_run: Path) -> None:
+    process = spawn("translate", str(tiny_run), "--device", "cpu", "--beam", "2")
+    try:
+        expected = Translator.from_run(tiny_run, device="cpu", beam=2).translate(LINES)
+        for line, translation in zip(LINES, expected):
+            process.stdin.write(line.encode() + b"\n")
+            process.stdin.flush()  # stdin stays open: the answer must not wait for more input
+            assert read_line(process) == translation + "\n"
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+
+
+def test_interactive_prompt_at_a_terminal(tiny_run: Path) -> None:
+    pty = pytest.importorskip("pty")
+    controller, terminal = pty.openpty()
+    process = spawn("translate", str(tiny_run), "--device", "cpu", stdin=terminal)
+    os.close(terminal)
+    try:
+        os.write(controller, b"w4 w3\n")
+        expected = Translator.from_run(tiny_run, device="cpu").translate(["w4 w3"])[0]
+        assert read_line(process) == expected + "\n"
+        os.write(controller, b"\x04")  # Ctrl-D
+        assert process.wait(timeout=60) == 0
+        assert "> " in process.stderr.read().decode()
+    finally:
+        process.kill()
+        os.close(controller)
+
+
+def test_evaluate_gives_the_bleu_of_training_validation(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    fit(tiny_config(train__max_steps=160, train__valid_every=160, decode__beam=2), run, progress=False)
+    validation = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    validation = [event for event in validation if event["event"] == "valid"][-1]
+    assert main(["evaluate", str(run), "--src", str(run / "data" / "valid.src"), "--ref",
+                 str(run / "data" / "valid.tgt"), "--checkpoint", "last", "--device", "cpu", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert result["beam"] == 2
+    assert result["bleu"] > 0 and result["chrf"] > 0
+    assert result["bleu"] == pytest.approx(validation["bleu"], abs=1e-9)
+    assert result["chrf"] == pytest.approx(validation["chrf"], abs=1e-9)
+
+
+def test_evaluate_prints_scores_with_signatures(tiny_run: Path, capsys) -> None:
+    data = tiny_run / "data"
+    assert main(["evaluate", str(tiny_run), "--src", str(data / "test.src"), "--ref", str(data / "test.tgt"),
+                 "--lowercase-tokenized", "--beam", "2", "--json", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("BLEU = ") and "tok:13a" in out[0]
+    assert out[1].startswith("chrF = ") and "nc:6" in out[1]
+    assert out[2].startswith("BLEU (lowercased, 13a-tokenized) = ")
+    assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "bleu_lc_tok"} <= set(json.loads(out[-1]))
+
+
+def test_non_utf8_input_file_names_the_line(tiny_run: Path, tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"w1 w2\n\xff\xfe w3\n")
+    assert main(["translate", str(tiny_run), "-i", str(bad)]) == 2
+    assert f"{bad}, line 2: not valid UTF-8" in capsys.readouterr().err
+
+
+def test_non_utf8_stdin_names_the_line(tiny_run: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "transformer_mt", "translate", str(tiny_run), "--device", "cpu"],
+                            input=b"w1 w2\nw3\n\xff w4\n", capture_output=True, timeout=300)
+    assert result.returncode == 2
+    assert "<stdin>, line 3: not valid UTF-8" in result.stderr.decode()
+    assert "Traceback" not in result.stderr.decode()
+
+
+@pytest.mark.parametrize("option", ["--beam", "--nbest", "--batch-tokens"])
+def test_zero_is_rejected_at_parse_time(option: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "no-such-run", option, "0"])
+    assert exit_info.value.code == 2
+    assert "expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_evaluate_with_misaligned_files_says_so(tiny_run: Path, source_file: Path, tmp_path: Path, capsys) -> None:
+    ref = tmp_path / "ref.txt"
+    ref.write_text("one\n", encoding="utf-8")
+    assert main(["evaluate", str(tiny_run), "--src", str(source_file), "--ref", str(ref)]) == 2
+    assert f"{source_file} has 4 lines but {ref} has 1" in capsys.readouterr().err
+
+
+def test_run_without_tokenizer_is_named(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {}\n")
+    assert main(["translate", str(run)]) == 2
+    assert f"{run / 'tokenizer.model'}: missing" in capsys.readouterr().err
