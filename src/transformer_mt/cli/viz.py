@@ -112,7 +112,8 @@ def mask_batch(run: str | None, size: int):
     candidates += [Path(p) for p in (cfg.data.valid_src, cfg.data.train_src) if p]
     source = next((p for p in candidates if p.is_file()), None)
     if source is None:
-        raise UserError(f"{run}: no source text found (looked for {', '.join(map(str, candidates))})")
+        raise UserError(f"{run}: no source text found (looked for {', '.join(map(str, candidates))}; "
+                        "relative paths of config.yaml count from the current folder)")
     lines = [line for line in read_lines(source)[: 50 * size] if line.strip()][:size]
     tokenizer = Tokenizer.load(run_dir.tokenizer)
     return PieceBatch([tokenizer.pieces(line)[:40] + ["</s>"] for line in lines])

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.masks import padding_mask, subsequent_mask
@@ -68,17 +69,20 @@ def _mask_panel(ax: Axes, mask: np.ndarray, title: str, xlabel: str, ylabel: str
     ax.set_yticks(np.arange(rows + 1) - 0.5, minor=True)
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
 
 
 def _label_cells(ax: Axes, labels: list[list[str]], mask: np.ndarray) -> None:
-    size = 8 if len(labels[0]) <= 12 else 6
+    narrow = len(labels[0]) > 12
     for row, pieces in enumerate(labels):
         for col, piece in enumerate(pieces):
             color = "black" if mask[row, col] else "gray"
-            ax.text(col, row, piece, ha="center", va="center", fontsize=size, color=color)
+            ax.text(col, row, piece, ha="center", va="center", fontsize=6 if narrow else 8, color=color,
+                    rotation=90 if narrow else 0)
 
 
 def masks_figure(batch: PieceBatch) -> Figure:
