@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +37,7 @@ from transformer_mt.model.transformer import build_model
 
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
+SYSTEMS = ("ours-fp32", "ours-bf16", "hf", "ct2-float32", "ct2-int8")
 # Our special ids (tokenizer.py); the Marian model uses eos = 0 and pad = last id.
 PAD, BOS, EOS = 0, 2, 3
 
@@ -83,8 +85,11 @@ def hf_marian(cfg: ModelConfig):
     """A random Hugging Face MarianMTModel of the same sizes (None if not installed)."""
     try:
         from transformers import MarianConfig, MarianMTModel
+        from transformers.utils import logging as hf_logging
     except ImportError:
         return None
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     config = MarianConfig(
         vocab_size=VOCAB, d_model=cfg.d_model, encoder_layers=cfg.n_layers, decoder_layers=cfg.n_layers,
         encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
@@ -176,22 +181,35 @@ def measure(decode: Decode, work: Workload, beam: int, batch_size: int) -> tuple
     return produced / seconds, len(ordered) / seconds
 
 
-def run_preset(preset: str, counts: dict[str, int], length: int, threads: int) -> list[dict]:
-    cfg = model_config(preset)
-    systems: dict[str, Decode] = {"ours-fp32": ours(cfg, torch.float32), "ours-bf16": ours(cfg, torch.bfloat16)}
-    marian = hf_marian(cfg)
+def build_systems(cfg: ModelConfig, only: set[str], threads: int, tmp: str) -> dict[str, Decode]:
+    """The systems named in `only` that can run here; the others are skipped with a message."""
+    systems: dict[str, Decode] = {}
+    for name, dtype in (("ours-fp32", torch.float32), ("ours-bf16", torch.bfloat16)):
+        if name in only:
+            systems[name] = ours(cfg, dtype)
+    wanted = only & {"hf", "ct2-float32", "ct2-int8"}
+    marian = hf_marian(cfg) if wanted else None
+    if wanted and marian is None:
+        print("hf, ct2: skipped (pip install transformers ctranslate2)", file=sys.stderr)
+        return systems
+    if "hf" in only:
+        systems["hf"] = hf(marian)
+    wanted.discard("hf")
+    if wanted:
+        converted = ct2_models(marian, tmp)
+        if converted is None:
+            print("ct2: skipped (pip install ctranslate2)", file=sys.stderr)
+            return systems
+        for quantization, path in converted.items():
+            if f"ct2-{quantization}" in wanted:
+                systems[f"ct2-{quantization}"] = ct2(path, quantization, threads)
+    return systems
+
+
+def run_preset(preset: str, counts: dict[str, int], length: int, threads: int, only: set[str]) -> list[dict]:
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        if marian is None:
-            print("hf, ct2: skipped (pip install transformers ctranslate2)", file=sys.stderr)
-        else:
-            systems["hf"] = hf(marian)
-            converted = ct2_models(marian, tmp)
-            if converted is None:
-                print("ct2: skipped (pip install ctranslate2)", file=sys.stderr)
-            else:
-                for quantization, path in converted.items():
-                    systems[f"ct2-{quantization}"] = ct2(path, quantization, threads)
-        rows = []
+        systems = build_systems(model_config(preset), only, threads, tmp)
         for setting, (beam, batch_size) in SETTINGS.items():
             work = make_workload(counts[setting], length)
             for system, decode in systems.items():
@@ -201,6 +219,19 @@ def run_preset(preset: str, counts: dict[str, int], length: int, threads: int) -
                              "sentences_per_s": round(sentences_per_s, 2)})
                 print(f"  {preset:5} {setting:14} {system:11} {tokens_per_s:8.0f} tok/s", file=sys.stderr)
     return rows
+
+
+def run_isolated(system: str, presets: list[str], counts: dict[str, int], args: argparse.Namespace) -> list[dict]:
+    """One system in a fresh process: thread pools of different engines (PyTorch's OpenMP,
+    CTranslate2's) left spinning in one process would slow each other down."""
+    command = [sys.executable, __file__, "--json", "--systems", system, "--presets", *presets,
+               "--length", str(args.length), "--threads", str(args.threads),
+               "--counts", *(str(counts[setting]) for setting in SETTINGS)]
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        print(f"{system}: failed (exit code {result.returncode})", file=sys.stderr)
+        return []
+    return json.loads(result.stdout.strip().splitlines()[-1])["rows"]
 
 
 def print_table(rows: list[dict]) -> None:
@@ -217,18 +248,30 @@ def main() -> int:
     parser.add_argument("--presets", nargs="+", default=None, help="default: small base (--quick: small)")
     parser.add_argument("--sentences", type=int, default=None,
                         help="sentences per setting (default 500; --quick: 256 beam, 48 greedy)")
+    parser.add_argument("--counts", type=int, nargs=len(SETTINGS), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, default=20, help="target tokens per sentence (default 20)")
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS,
+                        help="which systems to run (default: all)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads for every system")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     presets = args.presets or (["small"] if args.quick else ["small", "base"])
-    if args.sentences:
+    if args.counts:
+        counts = dict(zip(SETTINGS, args.counts))
+    elif args.sentences:
         counts = dict.fromkeys(SETTINGS, args.sentences)
     else:
         counts = {"beam4-batch32": 256, "greedy-batch1": 48} if args.quick else dict.fromkeys(SETTINGS, 500)
-    print(f"{args.threads} threads, torch {torch.__version__}, {args.length} target tokens per sentence",
-          file=sys.stderr)
-    rows = [row for preset in presets for row in run_preset(preset, counts, args.length, args.threads)]
+    if len(args.systems) > 1:
+        print(f"{args.threads} threads, torch {torch.__version__}, {args.length} target tokens per sentence, "
+              f"{counts['beam4-batch32']} sentences beam 4, {counts['greedy-batch1']} greedy; "
+              "each system in its own process", file=sys.stderr)
+        rows = [row for system in args.systems for row in run_isolated(system, presets, counts, args)]
+        rows.sort(key=lambda r: (presets.index(r["preset"]), list(SETTINGS).index(r["setting"]),
+                                 SYSTEMS.index(r["system"])))
+    else:
+        only = set(args.systems)
+        rows = [row for preset in presets for row in run_preset(preset, counts, args.length, args.threads, only)]
     print_table(rows)
     if args.json:
         print(json.dumps({"rows": rows}))

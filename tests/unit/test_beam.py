@@ -24,13 +24,19 @@ class FixedLogProbs:
 
     def __init__(self, table: dict[int, dict[int, float]]) -> None:
         log_probs = torch.full((VOCAB, VOCAB), float("-inf"))
+        log_probs[:, EOS] = 0.0  # after a token the table does not mention: eos
         for previous, row in table.items():
+            log_probs[previous, EOS] = float("-inf")
             for token, p in row.items():
                 log_probs[previous, token] = math.log(p)
         self.table = log_probs
         self.calls = 0
         self.decoder = self
-        self.generator = lambda states: self.table[states.argmax(dim=-1)]  # (B, V) from one-hot states
+        self.generator = self
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """Scores before the softmax: here already log-probabilities, (B, V) from one-hot states."""
+        return self.table[states.argmax(dim=-1)]
 
     def init_cache(self) -> list:
         return []

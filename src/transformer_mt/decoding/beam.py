@@ -61,25 +61,35 @@ class _Search:
         width = int(limits.max())
         self.finished_scores = torch.full((batch, beam), float("-inf"), device=device)  # (A, k), best first
         self.finished_tokens = torch.full((batch, beam, width), pad_id, dtype=torch.long, device=device)  # (A, k, L)
+        self.rank = torch.arange(2 * beam, device=device)  # of the 2k candidates kept per sentence
+        self.in_beam = self.rank < beam  # candidates ranked below k may finish
+        self.first_row = torch.arange(batch, device=device)[:, None] * beam  # (A, 1) row of hypothesis 0
 
-    def step(self, log_probs: torch.Tensor, length: int, eos_id: int, alpha: float) -> torch.Tensor:
+    def step(self, logits: torch.Tensor, length: int, eos_id: int, alpha: float, ban_eos: bool) -> torch.Tensor:
         """Extend every open hypothesis by one token (`length` = tokens emitted after
         this step), move those ending with eos (or at the length limit) to the pool.
+        `logits` (A * k, V) float32 are the generator's scores before the softmax.
         Returns the rows (A * k,) of the hypotheses that continue, for the caches."""
         active, k = self.scores.size(0), self.beam
-        vocab = log_probs.size(-1)
-        candidates = (self.scores.view(-1, 1) + log_probs).view(active, k * vocab)
+        # log P(token | prefix) = logit - logsumexp(logits): normalise only the candidates
+        normalizer = logits.logsumexp(dim=1, keepdim=True)
+        if ban_eos:
+            logits[:, eos_id] = float("-inf")
+        # the best 2k extensions of each hypothesis hold the best 2k of its sentence
+        row_scores, row_tokens = logits.topk(min(2 * k, logits.size(1)), dim=1)  # (A * k, w)
+        width = row_scores.size(1)
+        candidates = (self.scores.view(-1, 1) + (row_scores - normalizer)).view(active, k * width)
         top_scores, top_index = candidates.topk(2 * k, dim=1)  # (A, 2k), best first
-        origin, token = top_index // vocab, top_index % vocab
-        rank = torch.arange(2 * k, device=token.device)
+        origin, token = top_index // width, row_tokens.view(active, k * width).gather(1, top_index)
+        is_eos = token.eq(eos_id)
         at_limit = (length >= self.limits)[:, None]
-        finishing = (token.eq(eos_id) | at_limit) & (rank < k) & top_scores.isfinite()
+        finishing = (is_eos | at_limit) & self.in_beam & top_scores.isfinite()
         if finishing.any():
             self._finish(top_scores, origin, token, finishing, length, alpha)
         # the k best candidates that did not emit eos stay open (at most k emitted eos)
-        keep = (token.eq(eos_id).long() * 2 * k + rank).argsort(dim=1)[:, :k]
+        keep = (is_eos.long() * 2 * k + self.rank).argsort(dim=1)[:, :k]
         self.scores = top_scores.gather(1, keep)
-        rows = (origin.gather(1, keep) + torch.arange(active, device=token.device)[:, None] * k).view(-1)
+        rows = (origin.gather(1, keep) + self.first_row).view(-1)
         self.tokens = torch.cat([self.tokens.index_select(0, rows), token.gather(1, keep).view(-1, 1)], dim=1)
         return rows
 
@@ -89,7 +99,7 @@ class _Search:
     ) -> None:
         """Merge the finishing candidates into the pool of the k best finished ones."""
         active, k = self.scores.size(0), self.beam
-        rows = (origin + torch.arange(active, device=token.device)[:, None] * k).view(-1)
+        rows = (origin + self.first_row).view(-1)
         emitted = torch.cat([self.tokens.index_select(0, rows)[:, 1:], token.view(-1, 1)], dim=1)
         emitted = emitted.view(active, 2 * k, length)
         width = self.finished_tokens.size(2)
@@ -117,6 +127,7 @@ class _Search:
         self.scores = self.scores[index]
         self.finished_scores, self.finished_tokens = self.finished_scores[index], self.finished_tokens[index]
         self.tokens = self.tokens.index_select(0, rows)
+        self.first_row = self.first_row[: index.numel()]
         return rows
 
 
@@ -164,10 +175,8 @@ def beam_search(
     for length in range(1, int(limits.max()) + 1):
         step_input = search.tokens[:, -1:] if use_cache else search.tokens
         states = model.decode(memory, src_mask, step_input, cache=cache)
-        log_probs = model.generator(states[:, -1])  # (A * k, V), float32
-        if length <= min_len:
-            log_probs[:, eos_id] = float("-inf")
-        rows = search.step(log_probs, length, eos_id, alpha)
+        logits = model.generator.logits(states[:, -1]).float()  # (A * k, V)
+        rows = search.step(logits, length, eos_id, alpha, ban_eos=length <= min_len)
         if cache is not None:
             reorder_self_attention(cache, rows)
         done = search.done(length, alpha)
