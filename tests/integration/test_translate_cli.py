@@ -109,6 +109,9 @@ def test_evaluate_prints_scores_with_signatures(tiny_run: Path, capsys) -> None:
     assert out[1].startswith("chrF = ") and "nc:6" in out[1]
     assert out[2].startswith("BLEU (lowercased, 13a-tokenized) = ")
     assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "bleu_lc_tok"} <= set(json.loads(out[-1]))
+    assert main(["evaluate", str(tiny_run), "--src", str(data / "test.src"), "--ref", str(data / "test.tgt"),
+                 "--tokenize", "char", "--device", "cpu"]) == 0
+    assert "tok:char" in capsys.readouterr().out
 
 
 def test_non_utf8_input_file_names_the_line(tiny_run: Path, tmp_path: Path, capsys) -> None:

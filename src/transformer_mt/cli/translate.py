@@ -63,6 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--ref", required=True, help="reference translations, line N for line N of --src")
     evaluate.add_argument("--lowercase-tokenized", action="store_true",
                           help="also report BLEU on lowercased, 13a-tokenized text")
+    evaluate.add_argument("--tokenize", choices=("13a", "intl", "char", "none"), default="13a",
+                          help="sacreBLEU tokenization for BLEU (default 13a, as in training validation; "
+                               "char for one-word outputs such as the demo's)")
     evaluate.add_argument("--hyp", help="also write the translations to this file")
     evaluate.add_argument("--json", action="store_true", help="last stdout line: the scores as JSON")
     evaluate.set_defaults(func=run_evaluate)
@@ -197,7 +200,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     if args.hyp:
         write_lines_atomic(args.hyp, hypotheses)
-    scores = score(hypotheses, references, lowercase_tokenized=args.lowercase_tokenized)
+    scores = score(hypotheses, references, lowercase_tokenized=args.lowercase_tokenized, tokenize=args.tokenize)
     print(f"BLEU = {scores.bleu:.2f}  {scores.bleu_signature}")
     print(f"chrF = {scores.chrf:.2f}  {scores.chrf_signature}")
     if scores.bleu_lc_tok is not None:

@@ -16,8 +16,10 @@ ones decode on fewer rows.
 
 With `use_cache` the decoder keeps the keys and values of its self-attention and feeds
 one new position per step; the keys and values of cross-attention are computed once,
-at the first step, from the encoder output. All hypotheses of one sentence share that
-encoder output, so when the beam is reordered only the self-attention caches move.
+at the first step, from the encoder output. That first step, where every hypothesis is
+just bos, runs once per sentence and its state is then copied to the k rows. All
+hypotheses of one sentence share the encoder output, so when the beam is reordered only
+the self-attention caches move.
 """
 
 from __future__ import annotations
@@ -131,6 +133,15 @@ class _Search:
         return rows
 
 
+def _next_logits(
+    model: EncoderDecoder, memory: torch.Tensor, src_mask: torch.Tensor, tokens: torch.Tensor,
+    cache: DecoderCache | None,
+) -> torch.Tensor:
+    """Generator scores (rows, V), float32, for the position after `tokens` (rows, T)."""
+    states = model.decode(memory, src_mask, tokens, cache=cache)
+    return model.generator.logits(states[:, -1]).float()
+
+
 @torch.inference_mode()
 def beam_search(
     model: EncoderDecoder,
@@ -166,18 +177,21 @@ def beam_search(
     search = _Search(batch, beam, limits.clone(), bos_id, pad_id, device)
     src_mask = padding_mask(src, pad_id)
     memory = model.encode(src, src_mask)
-    # (B, ...) -> (B * k, ...): row b * k + j is hypothesis j of sentence b
-    memory = memory.repeat_interleave(beam, dim=0)
-    src_mask = src_mask.repeat_interleave(beam, dim=0)
     cache = model.decoder.init_cache() if use_cache else None
     out_tokens = torch.full((batch, nbest, int(limits.max())), pad_id, dtype=torch.long, device=device)
     out_scores = torch.zeros(batch, nbest, device=device)
     for length in range(1, int(limits.max()) + 1):
-        step_input = search.tokens[:, -1:] if use_cache else search.tokens
-        states = model.decode(memory, src_mask, step_input, cache=cache)
-        logits = model.generator.logits(states[:, -1]).float()  # (A * k, V)
+        if length == 1:  # all hypotheses of a sentence start from bos: decode it once, then copy
+            logits = _next_logits(model, memory, src_mask, search.tokens[::beam], cache)
+            if beam > 1:  # (B, ...) -> (B * k, ...): row b * k + j is hypothesis j of sentence b
+                expand = torch.arange(batch, device=device).repeat_interleave(beam)
+                memory, src_mask, logits = (t.index_select(0, expand) for t in (memory, src_mask, logits))
+                cache = reorder_cache(cache, expand) if cache is not None else None
+        else:
+            step_input = search.tokens[:, -1:] if use_cache else search.tokens
+            logits = _next_logits(model, memory, src_mask, step_input, cache)
         rows = search.step(logits, length, eos_id, alpha, ban_eos=length <= min_len)
-        if cache is not None:
+        if cache is not None and beam > 1:
             reorder_self_attention(cache, rows)
         done = search.done(length, alpha)
         if done.any():
