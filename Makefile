@@ -3,13 +3,14 @@
 #   make test       the whole test suite (under 10 minutes on 2 CPU cores)
 #   make test-slow  the slow tests kept out of `make test`
 #   make bench      the quick benchmarks
+#   make browser    install Debian's chromium + chromedriver for the browser test (as root)
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow bench browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/transformer-mt demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 test-slow: $(STAMP)
@@ -28,6 +29,15 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_speed.py --quick
 	$(BIN)/python benchmarks/decode_speed.py --quick
+
+# The browser test drives Debian's chromium; install it where we may (root + apt-get),
+# otherwise that one test is skipped with the reason.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+		|| echo "note: could not install chromium; the browser test will be skipped"; \
+	else echo "note: chromium/chromedriver missing (apt-get install chromium chromium-driver); the browser test will be skipped"; fi
 
 clean:
 	rm -rf runs build dist .pytest_cache

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from transformer_mt.cli import positive_int
-from transformer_mt.data.corpus import CorpusError, read_lines
+from transformer_mt.data.corpus import decode_line, read_lines
 from transformer_mt.errors import UserError
 from transformer_mt.run import CHECKPOINT_CHOICES
 
@@ -103,14 +103,6 @@ def output_lines(translator, lines: list[str], nbest: int, first_index: int = 0)
         for index, found in enumerate(translator.translate_nbest(lines, nbest))
         for text, score in found
     ]
-
-
-def decode_line(raw: bytes, number: int, name: str = "<stdin>") -> str:
-    try:
-        return raw.decode("utf-8").rstrip("\r\n")
-    except UnicodeDecodeError as err:
-        raise CorpusError(f"{name}, line {number}: not valid UTF-8 ({err.reason} at byte {err.start}); "
-                          "convert the input to UTF-8 (e.g. with iconv)") from None
 
 
 def stdin_batches(fd: int, max_lines: int = STREAM_LINES) -> Iterator[list[bytes]]:

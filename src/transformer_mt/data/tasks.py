@@ -1,0 +1,91 @@
+"""Built-in tasks: parallel corpora the toolkit generates itself, so that training and
+translating work on a fresh machine without downloading anything.
+
+- `numbers`: English number phrases -> German ones, made with num2words:
+  "three hundred and twenty-one" -> "dreihunderteinundzwanzig". Integers from
+  0..999,999, their number of digits drawn uniformly (so "seven" is as much part of the
+  task as "six hundred thousand"); train, validation and test numbers are disjoint.
+- `copy`: random sequences of the symbols w0 ... w9, target = source (the Annotated
+  Transformer's first example).
+
+Both are written as plain parallel text files, the format real corpora use."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from num2words import num2words
+
+TASKS = ("numbers", "copy")
+SPLITS = ("train", "valid", "test")
+Pairs = list[tuple[str, str]]
+
+
+def held_out_size(size: int) -> int:
+    """Validation and test sentences for `size` training sentences (100 to 1000)."""
+    return max(100, min(1000, size // 20))
+
+
+def number_pair(n: int) -> tuple[str, str]:
+    """(English, German) words for the integer n."""
+    english = num2words(n, lang="en").replace(",", "")
+    return english, num2words(n, lang="de")
+
+
+def _split(items: list, size: int) -> dict[str, list]:
+    held = held_out_size(size)
+    return {"train": items[:size], "valid": items[size : size + held], "test": items[size + held :]}
+
+
+def numbers_task(size: int, seed: int = 1) -> dict[str, Pairs]:
+    """`size` training pairs plus disjoint validation and test pairs."""
+    rng = random.Random(seed)
+    wanted = size + 2 * held_out_size(size)
+    seen: set[int] = set()
+    numbers: list[int] = []
+    while len(numbers) < wanted:
+        digits = rng.randint(1, 6)
+        n = rng.randrange(0 if digits == 1 else 10 ** (digits - 1), 10**digits)
+        if n not in seen:
+            seen.add(n)
+            numbers.append(n)
+    return _split([number_pair(n) for n in numbers], size)
+
+
+def copy_task(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) -> dict[str, Pairs]:
+    """Random symbol sequences of 1..max_len symbols that translate to themselves."""
+    rng = random.Random(seed)
+    lines = [
+        " ".join(f"w{rng.randrange(symbols)}" for _ in range(rng.randint(1, max_len)))
+        for _ in range(size + 2 * held_out_size(size))
+    ]
+    return _split([(line, line) for line in lines], size)
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    """Write atomically: a crash never leaves a half-written corpus file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def task_paths(directory: str | Path) -> dict[str, tuple[Path, Path]]:
+    """Where a task's splits live: DIR/{train,valid,test}.{src,tgt}."""
+    directory = Path(directory)
+    return {split: (directory / f"{split}.src", directory / f"{split}.tgt") for split in SPLITS}
+
+
+def write_task(name: str, directory: str | Path, size: int, seed: int = 1) -> dict[str, tuple[Path, Path]]:
+    """Generate task `name` and write its splits; returns {split: (src_path, tgt_path)}."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}")
+    splits = (numbers_task if name == "numbers" else copy_task)(size, seed)
+    paths = task_paths(directory)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    for split, pairs in splits.items():
+        src_path, tgt_path = paths[split]
+        _write_lines(src_path, [src for src, _ in pairs])
+        _write_lines(tgt_path, [tgt for _, tgt in pairs])
+    return paths

@@ -1,0 +1,94 @@
+"""One joint sentencepiece vocabulary for source and target (paper section 5.1: "a
+shared source-target vocabulary"), with fixed ids for the special symbols:
+
+    pad 0 (<pad>)    unk 1 (<unk>)    bos 2 (<s>)    eos 3 (</s>)
+
+Every model, batch and decoder in this package relies on these four ids."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import sentencepiece as spm
+
+from transformer_mt.errors import UserError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})  # never part of a translation's text
+
+
+class Tokenizer:
+    """Text <-> subword ids with a trained sentencepiece model."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor) -> None:
+        self.sp = processor
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path}: missing; train a vocabulary with `transformer-mt vocab` or `train`")
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.Load(str(path))
+        except (OSError, RuntimeError) as err:
+            raise UserError(f"{path}: not a sentencepiece model ({err})") from None
+        if processor.pad_id() != PAD_ID or processor.eos_id() != EOS_ID or processor.bos_id() != BOS_ID:
+            raise UserError(f"{path}: special ids differ from pad 0, unk 1, bos 2, eos 3; "
+                            "train the vocabulary with transformer-mt")
+        return cls(processor)
+
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        path: str | Path,
+        vocab_size: int = 8000,
+        model_type: str = "bpe",
+        seed: int = 1,
+    ) -> "Tokenizer":
+        """Train on `sentences` (both languages for a joint vocabulary) and write
+        `path` (plus its `.vocab` beside it) atomically. The same sentences and settings
+        give the same model. `vocab_size` is an upper bound: a tiny corpus may need fewer."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        spm.set_random_generator_seed(seed)
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".spm-") as tmp:
+            prefix = os.path.join(tmp, "sp")
+            spm.SentencePieceTrainer.Train(
+                sentence_iterator=iter(list(sentences)),
+                model_prefix=prefix,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=1.0,
+                hard_vocab_limit=False,
+                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+                shuffle_input_sentence=False,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
+            os.replace(prefix + ".vocab", path.with_suffix(".vocab"))
+            os.replace(prefix + ".model", path)
+        return cls.load(path)
+
+    def __len__(self) -> int:
+        return self.sp.GetPieceSize()
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        """Sentences -> subword ids (no bos/eos: batching adds them)."""
+        return self.sp.Encode(list(lines), out_type=int)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Subword ids (specials already removed) -> sentences."""
+        return self.sp.Decode([list(seq) for seq in ids])
+
+    def pieces(self, line: str) -> list[str]:
+        """The subword pieces of one sentence, as the model sees them."""
+        return self.sp.EncodeAsPieces(line)
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        return [self.sp.IdToPiece(i) for i in ids]
