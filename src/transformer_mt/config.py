@@ -100,7 +100,7 @@ class TrainConfig:
     max_seconds: float = 0.0
     accumulate: int = 1
     clip_norm: float = 0.0
-    precision: str = "bf16"
+    precision: str = "auto"
     device: str = "auto"
     log_every: int = 50
     valid_every: int = 1000
@@ -118,7 +118,7 @@ class TrainConfig:
         _require(self.max_seconds >= 0, "train.max_seconds", "must be >= 0 (0 = no time limit)")
         _require(self.accumulate >= 1, "train.accumulate", "must be at least 1")
         _require(self.clip_norm >= 0, "train.clip_norm", "must be >= 0 (0 = no clipping)")
-        _require(self.precision in ("bf16", "fp32"), "train.precision", "must be 'bf16' or 'fp32'")
+        _require(self.precision in ("auto", "bf16", "fp32"), "train.precision", "must be 'auto', 'bf16' or 'fp32'")
         _require(self.log_every >= 1, "train.log_every", "must be at least 1")
         _require(self.valid_every >= 1, "train.valid_every", "must be at least 1")
         _require(self.patience >= 0, "train.patience", "must be >= 0 (0 = no early stopping)")

@@ -14,9 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import logging
+
 import torch
 
 from transformer_mt.errors import UserError
+
+log = logging.getLogger("transformer_mt")
 
 CHECKPOINT_CHOICES = ("best", "last", "average")
 
@@ -74,3 +78,23 @@ def resolve_device(name: str = "auto") -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu")
     return torch.device(name)
+
+
+def has_fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 matrix products run natively: CUDA GPUs that support bf16, CPUs whose
+    oneDNN has bf16 kernels (AVX-512 BF16 / AMX). Elsewhere bf16 is emulated, and on an
+    AVX2-only CPU a bf16 matmul is hundreds of times slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> 'bf16' where the device has fast bf16, else 'fp32'; warns when bf16 is
+    asked for on a device that would run it slowly."""
+    if precision == "auto":
+        return "bf16" if has_fast_bf16(device) else "fp32"
+    if precision == "bf16" and not has_fast_bf16(device):
+        log.warning("train.precision=bf16 on %s without native bf16: expect it to be far slower than fp32 "
+                    "(train.precision=auto picks the faster one)", device)
+    return precision

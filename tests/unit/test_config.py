@@ -44,7 +44,7 @@ def test_overrides_apply() -> None:
         ("--model.dropout=1.0", "model.dropout: must be in [0, 1)"),
         ("--model.dropout=-0.1", "model.dropout: must be in [0, 1)"),
         ("--train.max_steps=many", "train.max_steps: expected int"),
-        ("--train.precision=fp8", "train.precision: must be 'bf16' or 'fp32'"),
+        ("--train.precision=fp8", "train.precision: must be 'auto', 'bf16' or 'fp32'"),
         ("--decode.beam=0", "decode.beam: must be at least 1"),
         ("--trian.seed=1", "trian: unknown section"),
     ],

@@ -64,6 +64,7 @@ class Tokenizer:
                 vocab_size=vocab_size,
                 model_type=model_type,
                 character_coverage=1.0,
+                split_by_number=False,  # 'w1', '1990' may become one piece
                 hard_vocab_limit=False,
                 pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
                 pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",

@@ -61,9 +61,9 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
         model = build_model(cfg.model)
         trainer = Trainer(cfg, run, model, tokenizer, data, device, ctx.rank, ctx.world_size, progress)
         if ctx.is_main:
-            log.info("training on %d pairs (%d filtered), %d batches per epoch, %.1f%% padding",
+            log.info("training on %d pairs (%d filtered), %d batches per epoch, %.1f%% padding, %s on %s",
                      len(data.train_src), data.filtered, len(trainer.batches),
-                     100 * trainer.batches.padding_fraction())
+                     100 * trainer.batches.padding_fraction(), trainer.precision, device)
         if trainer.resume():
             log.info("resumed %s at step %d", run.root, trainer.state.step)
         trainer.train()

@@ -22,7 +22,7 @@ from transformer_mt.data.dataset import EncodedData
 from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
 from transformer_mt.evaluation import perplexity, score
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.run import RunDir
+from transformer_mt.run import RunDir, resolve_precision
 from transformer_mt.training.checkpoint import (
     atomic_torch_save, list_checkpoints, load_checkpoint, prune_checkpoints, save_weights,
 )
@@ -100,6 +100,7 @@ class Trainer:
         self.cfg, self.run, self.tokenizer, self.data = cfg, run, tokenizer, data
         self.device, self.rank, self.world_size = device, rank, world_size
         self.model = model.to(device)
+        self.precision = resolve_precision(cfg.train.precision, device)
         self.wrapped: nn.Module = self.model
         if world_size > 1:
             self.wrapped = nn.parallel.DistributedDataParallel(
@@ -116,7 +117,7 @@ class Trainer:
 
     # ---- one optimizer step -------------------------------------------------------
     def autocast(self):
-        if self.cfg.train.precision == "bf16":
+        if self.precision == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
