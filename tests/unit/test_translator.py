@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import TINY_RUN_STEPS
 from transformer_mt.errors import UserError
 from transformer_mt.translator import Translator
 
@@ -103,7 +104,7 @@ def test_run_without_weights_names_the_folder(tiny_run: Path, tmp_path: Path) ->
         Translator.from_run(run, device="cpu", checkpoint="average")
 
 
-@pytest.mark.parametrize("checkpoint,name", [("best", "best.safetensors"), ("last", "step_60.pt")])
+@pytest.mark.parametrize("checkpoint,name", [("best", "best.safetensors"), ("last", f"step_{TINY_RUN_STEPS}.pt")])
 def test_checkpoint_that_does_not_match_the_config_names_the_file(
     tiny_run: Path, tmp_path: Path, checkpoint: str, name: str
 ) -> None:
