@@ -19,7 +19,7 @@ log = logging.getLogger("transformer_mt")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
-        "demo", help="generate the numbers task, train a small model (~4 min on 2 CPU cores), translate",
+        "demo", help="generate the numbers task, train a small model (under 5 min on 2 CPU cores), translate",
         description="Offline end-to-end demo: English -> German number phrases.",
     )
     demo.add_argument("--out", default="runs/demo", help="run directory to write (default: runs/demo)")
