@@ -3,8 +3,9 @@ translating work on a fresh machine without downloading anything.
 
 - `numbers`: English number phrases -> German ones, made with num2words:
   "three hundred and twenty-one" -> "dreihunderteinundzwanzig". Integers from
-  0..999,999, their number of digits drawn uniformly (so "seven" is as much part of the
-  task as "six hundred thousand"); train, validation and test numbers are disjoint.
+  0..999,999, their number of digits drawn uniformly and zeros frequent (so "seven" and
+  "forty-two thousand and seven" are as much part of the task as "six hundred and
+  twelve thousand three hundred and four"); train, validation and test are disjoint.
 - `copy`: random sequences of the symbols w0 ... w9, target = source (the Annotated
   Transformer's first example).
 
@@ -39,19 +40,30 @@ def _split(items: list, size: int) -> dict[str, list]:
     return {"train": items[:size], "valid": items[size : size + held], "test": items[size + held :]}
 
 
+def _sample_number(rng: random.Random, zero: float = 0.3) -> int:
+    """An integer below 1,000,000: 1 to 6 digits (uniformly), each digit after the first
+    0 with probability `zero`, so that "forty-two thousand and seven" is common too."""
+    digits = rng.randint(1, 6)
+    n = rng.randrange(0, 10) if digits == 1 else rng.randrange(1, 10)
+    for _ in range(digits - 1):
+        n = 10 * n + (0 if rng.random() < zero else rng.randrange(1, 10))
+    return n
+
+
 def numbers_task(size: int, seed: int = 1) -> dict[str, Pairs]:
-    """`size` training pairs plus disjoint validation and test pairs."""
+    """`size` training pairs plus disjoint validation and test pairs. Every number is
+    distinct, except that training repeats 0..99 a few times (up to 5, one per 4000
+    pairs): drawn once each, "seven" would be seen once in 20,000 sentences."""
     rng = random.Random(seed)
-    wanted = size + 2 * held_out_size(size)
-    seen: set[int] = set()
+    small = list(range(100)) * min(5, size // 4000)
+    seen: set[int] = set(small)
     numbers: list[int] = []
-    while len(numbers) < wanted:
-        digits = rng.randint(1, 6)
-        n = rng.randrange(0 if digits == 1 else 10 ** (digits - 1), 10**digits)
+    while len(numbers) < size - len(small) + 2 * held_out_size(size):
+        n = _sample_number(rng)
         if n not in seen:
             seen.add(n)
             numbers.append(n)
-    return _split([number_pair(n) for n in numbers], size)
+    return _split([number_pair(n) for n in small + numbers], size)
 
 
 def copy_task(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) -> dict[str, Pairs]:
