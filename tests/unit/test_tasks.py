@@ -32,3 +32,12 @@ def test_written_files_read_back_as_a_corpus(tmp_path: Path) -> None:
     corpus = read_parallel(*paths["train"])
     assert len(corpus) == 200 and corpus.skipped_empty == 0
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_small_numbers_are_trained_and_never_held_out() -> None:
+    splits = numbers_task(8000, seed=5)
+    train = [src for src, _ in splits["train"]]
+    assert len(train) == 8000 and train.count("seven") == 2 and train.count("ninety-nine") == 2
+    held = {src for name in ("valid", "test") for src, _ in splits[name]}
+    assert not held & {src for src, _ in splits["train"]}
+    assert any(" thousand and " in src for src in train), "zeros inside numbers are part of the task"
