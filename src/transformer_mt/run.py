@@ -11,10 +11,9 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-
-import logging
 
 import torch
 

@@ -62,16 +62,16 @@ def batch_indices(
     src = np.asarray(src_lens, dtype=np.int64) + 1
     tgt = np.asarray(tgt_lens, dtype=np.int64) + 1
     order = np.lexsort((rng.random(len(src)), src, tgt))
+    sizes = np.maximum(src, tgt)[order].tolist()
     batches: list[list[int]] = []
     current: list[int] = []
     width = 0
-    for i in order.tolist():
-        longest = max(width, src[i], tgt[i])
-        if current and longest * (len(current) + 1) > max_tokens:
+    for i, size in zip(order.tolist(), sizes):
+        if current and max(width, size) * (len(current) + 1) > max_tokens:
             batches.append(current)
-            current, longest = [], max(src[i], tgt[i])
+            current, width = [], 0
         current.append(i)
-        width = int(longest)
+        width = max(width, size)
     if current:
         batches.append(current)
     return [batches[j] for j in rng.permutation(len(batches)).tolist()]

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from num2words import num2words
 
-TASKS = ("numbers", "copy")
 SPLITS = ("train", "valid", "test")
 Pairs = list[tuple[str, str]]
 
@@ -76,6 +75,9 @@ def copy_task(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) ->
     return _split([(line, line) for line in lines], size)
 
 
+TASKS = {"numbers": numbers_task, "copy": copy_task}
+
+
 def _write_lines(path: Path, lines: list[str]) -> None:
     """Write atomically: a crash never leaves a half-written corpus file."""
     tmp = path.with_name(path.name + ".tmp")
@@ -93,7 +95,7 @@ def write_task(name: str, directory: str | Path, size: int, seed: int = 1) -> di
     """Generate task `name` and write its splits; returns {split: (src_path, tgt_path)}."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}")
-    splits = (numbers_task if name == "numbers" else copy_task)(size, seed)
+    splits = TASKS[name](size, seed)
     paths = task_paths(directory)
     Path(directory).mkdir(parents=True, exist_ok=True)
     for split, pairs in splits.items():

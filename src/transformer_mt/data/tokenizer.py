@@ -59,7 +59,7 @@ class Tokenizer:
         with tempfile.TemporaryDirectory(dir=path.parent, prefix=".spm-") as tmp:
             prefix = os.path.join(tmp, "sp")
             spm.SentencePieceTrainer.Train(
-                sentence_iterator=iter(list(sentences)),
+                sentence_iterator=iter(sentences),
                 model_prefix=prefix,
                 vocab_size=vocab_size,
                 model_type=model_type,
