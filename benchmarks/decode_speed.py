@@ -33,6 +33,7 @@ import torch
 
 from transformer_mt.config import ModelConfig, load_config, replace
 from transformer_mt.decoding.beam import beam_search
+from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.model.transformer import build_model
 
 VOCAB = 8000
@@ -75,6 +76,9 @@ def ours(cfg: ModelConfig, dtype: torch.dtype) -> Decode:
         for row, sentence in enumerate(batch):
             src[row, : len(sentence) + 1] = torch.tensor(sentence + [EOS])
         # max_len + 1 tokens at most, eos banned for all of them: exactly `length` tokens
+        if beam == 1:  # what Translator runs for beam 1
+            tokens, _ = greedy_decode(model, src, length - 1, BOS, EOS, PAD, min_len=length)
+            return int(tokens.ne(PAD).sum())
         tokens, _ = beam_search(model, src, beam, length - 1, BOS, EOS, PAD, min_len=length)
         return int(tokens[:, 0].ne(PAD).sum())
 

@@ -148,15 +148,17 @@ def test_cached_and_uncached_decoding_agree(model, sources, beam: int) -> None:
     torch.testing.assert_close(cached[1], uncached[1], atol=1e-5, rtol=0)
 
 
-def test_beam_one_is_greedy(model, sources) -> None:
-    greedy, greedy_scores = greedy_decode(model, sources, 10, BOS, EOS, PAD)
-    tokens, scores = beam_search(model, sources, 1, 10, BOS, EOS, PAD, length_penalty=0.0)
+@pytest.mark.parametrize("min_len", [0, 6])
+def test_beam_one_is_greedy(model, sources, min_len: int) -> None:
+    greedy, greedy_scores = greedy_decode(model, sources, 10, BOS, EOS, PAD, min_len=min_len)
+    tokens, scores = beam_search(model, sources, 1, 10, BOS, EOS, PAD, length_penalty=0.0, min_len=min_len)
+    assert (greedy.ne(PAD).sum(dim=1) > min_len).all()  # eos (or the limit) only after min_len tokens
     assert torch.equal(tokens[:, 0], greedy[:, : tokens.size(2)])
     assert greedy[:, tokens.size(2):].eq(PAD).all()
     # the same sums; beam search drops finished sentences from the batch, which may
     # change the last bit of a matrix product
     torch.testing.assert_close(scores[:, 0], greedy_scores, atol=1e-5, rtol=0)
-    penalized, _ = beam_search(model, sources, 1, 10, BOS, EOS, PAD, length_penalty=0.6)
+    penalized, _ = beam_search(model, sources, 1, 10, BOS, EOS, PAD, length_penalty=0.6, min_len=min_len)
     assert torch.equal(penalized, tokens)
 
 

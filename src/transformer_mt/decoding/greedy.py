@@ -22,6 +22,7 @@ def greedy_decode(
     eos_id: int,
     pad_id: int,
     use_cache: bool = True,
+    min_len: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode a batch of sources (B, S) greedily.
 
@@ -29,7 +30,8 @@ def greedy_decode(
     Returns tokens (B, T): each row the output followed by eos (unless it hit its limit),
     then padding; and scores (B,): the summed log-probabilities of the emitted tokens.
     With `use_cache` each step feeds only the newest token and reuses the keys and values
-    of earlier steps; without it every step re-runs the decoder on the whole prefix."""
+    of earlier steps; without it every step re-runs the decoder on the whole prefix.
+    `min_len` bans eos until that many tokens have been emitted, as in `beam_search`."""
     batch = src.size(0)
     limits = torch.as_tensor(max_len, device=src.device).expand(batch) + 1  # + eos
     src_mask = padding_mask(src, pad_id)
@@ -42,6 +44,8 @@ def greedy_decode(
         step_input = ys[:, -1:] if use_cache else ys
         states = model.decode(memory, src_mask, step_input, cache=cache)
         log_probs = model.generator(states[:, -1])
+        if step < min_len:
+            log_probs[:, eos_id] = float("-inf")
         best, token = log_probs.max(dim=-1)
         token = token.masked_fill(finished, pad_id)
         scores += best.masked_fill(finished, 0.0)

@@ -113,6 +113,8 @@ class MultiHeadAttention(nn.Module):
         self-attention; mask broadcastable to (B, H, Tq, Tk), True = may attend;
         `is_causal` adds the subsequent mask. Returns (B, Tq, d_model)."""
         q, k, v = self._project(query, memory, cache)
+        if is_causal and q.size(2) == 1:
+            is_causal = False  # one query, the newest position: every key is in its past
         if is_causal and (mask is not None or k.size(2) != q.size(2) or self.store_attention):
             past = k.size(2) - q.size(2)  # keys already in the cache precede the queries
             causal = subsequent_mask(k.size(2), q.device)[..., past:, :]
