@@ -33,12 +33,16 @@ from transformer_mt.config import load_config, replace
 from transformer_mt.data.batching import batch_indices, collate
 from transformer_mt.model import build_model, padding_mask
 from transformer_mt.model.embeddings import PositionalEncoding
+from transformer_mt.run import has_fast_bf16
 
 VOCAB, PAD = 8000, 0
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
-    """Measured GFLOP/s of a square matrix product in `dtype`."""
+    """Measured GFLOP/s of a square matrix product in `dtype`. Emulated bf16 (a CPU without
+    native bf16) is hundreds of times slower: then a 512 x 512 product, twice."""
+    if dtype == torch.bfloat16 and not has_fast_bf16(torch.device("cpu")):
+        size, repeats = 512, 2
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     start = time.perf_counter()
@@ -135,6 +139,9 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile)")
     parser.add_argument("--steps", type=int, default=0, help="timed steps per row (default 8, quick 4)")
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    parser.add_argument("--dtypes", default="auto",
+                        help="fp32,bf16 or one of them (default auto: bf16 only where the CPU has it natively)")
+    parser.add_argument("--presets", default="", help="comma-separated presets (default small,base; quick small)")
     args = parser.parse_args()
     torch.manual_seed(0)
     steps = args.steps or (4 if args.quick else 8)
@@ -142,7 +149,12 @@ def main() -> int:
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     print(f"matmul peak: fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s", file=sys.stderr)
     batches = make_batches(steps + warmup)
-    presets = ["small"] if args.quick else ["small", "base"]
+    presets = args.presets.split(",") if args.presets else ["small"] if args.quick else ["small", "base"]
+    dtypes = args.dtypes.split(",") if args.dtypes != "auto" else ["fp32", "bf16"]
+    if args.dtypes == "auto" and not has_fast_bf16(torch.device("cpu")):
+        dtypes = ["fp32"]
+        print("bf16 rows skipped: this CPU has no native bf16, a step would take minutes "
+              "(--dtypes fp32,bf16 runs them anyway)", file=sys.stderr)
     rows = []
     print(f"{'impl':<24}{'preset':<8}{'dtype':<6}{'tok/s':>9}{'GFLOP/s':>9}{'% peak':>8}")
     for preset in presets:
@@ -157,7 +169,7 @@ def main() -> int:
             impls["nn.Transformer+compile"] = lambda: torch.compile(impls["nn.Transformer"]())
             impls["ours+compile"] = lambda: torch.compile(Ours(cfg))
         flops = sum(useful_flops(b, cfg.d_model, cfg.d_ff, cfg.n_layers, VOCAB) for b in batches[warmup:])
-        for dtype in ("fp32", "bf16"):
+        for dtype in dtypes:
             for name, make in impls.items():
                 torch.manual_seed(0)
                 seconds, tokens = time_steps(make(), batches, dtype, warmup)
