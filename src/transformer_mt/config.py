@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from transformer_mt.data.tasks import TASKS
 from transformer_mt.errors import UserError
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -77,7 +78,7 @@ class DataConfig:
     max_len_ratio: float = 3.0
 
     def validate(self) -> None:
-        _require(self.task in ("", "numbers", "copy"), "data.task", "must be '', 'numbers' or 'copy'")
+        _require(self.task in ("", *TASKS), "data.task", f"must be '' or one of {', '.join(TASKS)}")
         _require(self.task_size >= 10, "data.task_size", "must be at least 10")
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
         _require(self.vocab_type in ("bpe", "unigram"), "data.vocab_type", "must be 'bpe' or 'unigram'")

@@ -147,10 +147,12 @@ class Translator:
         ]
 
     @torch.inference_mode()
-    def attention(self, sentence: str) -> dict[str, Any]:
-        """Attention weights of one sentence and its translation (with the configured
-        decoding): the output is teacher-forced through the model once with every
-        MultiHeadAttention storing its weights.
+    def attention(self, sentence: str, translation: str | None = None) -> dict[str, Any]:
+        """Attention weights of one sentence and its translation: the output is
+        teacher-forced through the model once with every MultiHeadAttention storing its
+        weights. The output is `translation` when given (one already found, for example by
+        a batched beam search: no decoding again), else the configured decoding's.
+        Not thread-safe: it switches the shared model's `store_attention`.
 
         Returns source (S subword pieces, eos included), target_in (T decoder inputs:
         bos + output), target (T pieces the decoder produces: output + eos when it ended),
@@ -160,7 +162,10 @@ class Translator:
         if not src_ids:
             raise UserError("the sentence to show attention for is empty")
         src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
-        output = self._output_with_eos(src)
+        if translation is None:
+            output = self._output_with_eos(src)
+        else:
+            output = self.tokenizer.encode([translation])[0][: self.max_source] + [EOS_ID]
         tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=self.device)
         self.model.set_store_attention(True)
         try:

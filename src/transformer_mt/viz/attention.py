@@ -16,9 +16,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.errors import UserError
-from transformer_mt.model.masks import padding_mask
 from transformer_mt.translator import Translator
 from transformer_mt.viz.figure import new_figure
 
@@ -76,18 +74,6 @@ class AttentionMaps:
             raise UserError(f"--head must be between 1 and {self.n_heads}, got {head}")
 
 
-def _source_ids(translator: Translator, sentence: str) -> list[int]:
-    if not sentence.strip():
-        raise UserError("the sentence to show attention for is empty")
-    ids = translator.tokenizer.encode([sentence])[0][: translator.max_source]
-    return ids + [EOS_ID]
-
-
-def _stacked(modules: list[torch.nn.Module]) -> torch.Tensor:
-    """The stored (1, H, Tq, Tk) weights of each module -> (L, H, Tq, Tk) float32 on cpu."""
-    return torch.stack([m.attn[0].float().cpu() for m in modules])
-
-
 def attention_maps(translator: Translator, sentence: str) -> AttentionMaps:
     """Attention weights of `sentence` and its translation with the translator's own
     decoding settings (`Translator.attention`)."""
@@ -99,29 +85,7 @@ def forced_attention(translator: Translator, sentence: str, translation: str) ->
     already found by a batched beam search), so the weights explain exactly that text
     without decoding the sentence again. Not thread-safe: it switches the shared model's
     `store_attention` (the server calls it under its model lock)."""
-    model = translator.model
-    src = torch.tensor([_source_ids(translator, sentence)], device=translator.device)
-    output = translator.tokenizer.encode([translation])[0][: translator.max_source] + [EOS_ID]
-    tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=translator.device)
-    model.set_store_attention(True)
-    try:
-        with torch.inference_mode():
-            model(src, tgt_in, padding_mask(src, PAD_ID))
-        encoder = _stacked([layer.self_attn for layer in model.encoder.layers])
-        decoder = _stacked([layer.self_attn for layer in model.decoder.layers])
-        cross = _stacked([layer.src_attn for layer in model.decoder.layers])
-    finally:
-        model.set_store_attention(False)
-    pieces = translator.tokenizer.id_to_piece
-    return AttentionMaps(
-        source=pieces(src[0].tolist()),
-        target_in=pieces(tgt_in[0].tolist()),
-        target=pieces(output),
-        translation=translator.tokenizer.decode([output])[0],
-        encoder=encoder,
-        decoder=decoder,
-        cross=cross,
-    )
+    return AttentionMaps(**translator.attention(sentence, translation))
 
 
 def _heatmap(ax: Axes, weights: torch.Tensor, rows: list[str], cols: list[str], fontsize: float) -> object:
