@@ -31,24 +31,35 @@ from torch import nn
 
 from transformer_mt.config import load_config, replace
 from transformer_mt.data.batching import batch_indices, collate
-from transformer_mt.model import build_model, padding_mask
+from transformer_mt.model import build_model
 from transformer_mt.model.embeddings import PositionalEncoding
-from transformer_mt.run import has_fast_bf16
+from transformer_mt.run import has_fast_bf16, reuse_freed_memory
+from transformer_mt.training.loss import LabelSmoothingLoss
+from transformer_mt.training.trainer import token_logits
 
 VOCAB, PAD = 8000, 0
 
 
-def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
-    """Measured GFLOP/s of a square matrix product in `dtype`. Emulated bf16 (a CPU without
-    native bf16) is hundreds of times slower: then a 512 x 512 product, twice."""
-    if dtype == torch.bfloat16 and not has_fast_bf16(torch.device("cpu")):
+def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
+    """Measured GFLOP/s of a square matrix product in `dtype` (the best of several timings).
+    Emulated bf16 (a CPU without native bf16) is hundreds of times slower: then 512 x 512."""
+    size, repeats = (8192, 20) if device.type == "cuda" else (2048, 8)
+    if dtype == torch.bfloat16 and not has_fast_bf16(device):
         size, repeats = 512, 2
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b
-    start = time.perf_counter()
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
+    best = math.inf
     for _ in range(repeats):
+        start = now(device)
         a @ b
-    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+        best = min(best, now(device) - start)
+    return 2 * size**3 / best / 1e9
+
+
+def now(device: torch.device) -> float:
+    """Wall-clock seconds, after the device has finished what it was given."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def make_batches(n_batches: int, target_tokens: int = 4000, seed: int = 0) -> list:
@@ -82,7 +93,8 @@ def useful_flops(batch, d: int, f: int, n: int, vocab: int) -> float:
 
 
 class TorchTransformer(nn.Module):
-    """nn.Transformer with embeddings, positional encoding and a tied generator."""
+    """nn.Transformer with embeddings, positional encoding and a tied generator; the loss
+    is what a PyTorch user writes: F.cross_entropy with label_smoothing on every position."""
 
     def __init__(self, n: int, d: int, f: int, h: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
@@ -92,7 +104,7 @@ class TorchTransformer(nn.Module):
         self.transformer = nn.Transformer(d, h, n, n, f, dropout, batch_first=True, norm_first=norm_first)
         self.scale = math.sqrt(d)
 
-    def forward(self, src, tgt_in, src_mask=None):
+    def forward(self, src, tgt_in):
         pad_src, pad_tgt = src == PAD, tgt_in == PAD
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
         out = self.transformer(
@@ -102,33 +114,50 @@ class TorchTransformer(nn.Module):
         )
         return F.linear(out, self.embed.weight)
 
+    def loss(self, batch, autocast) -> torch.Tensor:
+        with autocast:
+            logits = self(batch.src, batch.tgt_in)
+        return F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(),
+                               ignore_index=PAD, label_smoothing=0.1)
+
 
 class Ours(nn.Module):
+    """Our model and the trainer's loss (logits of real tokens only, fused smoothed loss)."""
+
     def __init__(self, cfg) -> None:
         super().__init__()
         self.model = build_model(cfg)
+        self.criterion = LabelSmoothingLoss(VOCAB, PAD, 0.1)
 
-    def forward(self, src, tgt_in, src_mask):
-        return self.model.generator.logits(self.model(src, tgt_in, src_mask))
+    def forward(self, batch):
+        return token_logits(self.model, self.model, batch)
+
+    def loss(self, batch, autocast) -> torch.Tensor:
+        with autocast:
+            logits, target = self(batch)
+        return self.criterion(logits, target) / batch.n_tokens
 
 
-def time_steps(model: nn.Module, batches: list, dtype: str, warmup: int) -> tuple[float, int]:
+def compiled(model: nn.Module) -> nn.Module:
+    """The model with its forward replaced by torch.compile's (dynamic shapes: batches differ)."""
+    model.forward = torch.compile(model.forward, dynamic=True)
+    return model
+
+
+def time_steps(model: nn.Module, batches: list, dtype: str, warmup: int, device: torch.device) -> tuple[float, int]:
     """Seconds and target tokens of len(batches) - warmup timed training steps."""
+    model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    model.train()
     seconds, tokens = 0.0, 0
     for i, batch in enumerate(batches):
-        start = time.perf_counter()
-        context = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
-        with context:
-            logits = model(batch.src, batch.tgt_in, padding_mask(batch.src, PAD))
-        loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(),
-                               ignore_index=PAD, label_smoothing=0.1)
-        loss.backward()
+        batch = batch.to(device)
+        start = now(device)
+        context = torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
+        model.loss(batch, context).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if i >= warmup:
-            seconds += time.perf_counter() - start
+            seconds += now(device) - start
             tokens += batch.n_tokens
     return seconds, tokens
 
@@ -142,16 +171,19 @@ def main() -> int:
     parser.add_argument("--dtypes", default="auto",
                         help="fp32,bf16 or one of them (default auto: bf16 only where the CPU has it natively)")
     parser.add_argument("--presets", default="", help="comma-separated presets (default small,base; quick small)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    reuse_freed_memory()
     torch.manual_seed(0)
     steps = args.steps or (4 if args.quick else 8)
     warmup = 2
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    peaks = {"fp32": matmul_peak(torch.float32, device), "bf16": matmul_peak(torch.bfloat16, device)}
     print(f"matmul peak: fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s", file=sys.stderr)
     batches = make_batches(steps + warmup)
     presets = args.presets.split(",") if args.presets else ["small"] if args.quick else ["small", "base"]
     dtypes = args.dtypes.split(",") if args.dtypes != "auto" else ["fp32", "bf16"]
-    if args.dtypes == "auto" and not has_fast_bf16(torch.device("cpu")):
+    if args.dtypes == "auto" and not has_fast_bf16(device):
         dtypes = ["fp32"]
         print("bf16 rows skipped: this CPU has no native bf16, a step would take minutes "
               "(--dtypes fp32,bf16 runs them anyway)", file=sys.stderr)
@@ -166,13 +198,13 @@ def main() -> int:
                                                        cfg.dropout, cfg.norm_first),
         }
         if args.compile:
-            impls["nn.Transformer+compile"] = lambda: torch.compile(impls["nn.Transformer"]())
-            impls["ours+compile"] = lambda: torch.compile(Ours(cfg))
+            impls["nn.Transformer+compile"] = lambda: compiled(impls["nn.Transformer"]())
+            impls["ours+compile"] = lambda: compiled(impls["ours"]())
         flops = sum(useful_flops(b, cfg.d_model, cfg.d_ff, cfg.n_layers, VOCAB) for b in batches[warmup:])
         for dtype in dtypes:
             for name, make in impls.items():
                 torch.manual_seed(0)
-                seconds, tokens = time_steps(make(), batches, dtype, warmup)
+                seconds, tokens = time_steps(make(), batches, dtype, warmup, device)
                 row = {"impl": name, "preset": preset, "dtype": dtype, "tokens_per_s": tokens / seconds,
                        "useful_gflops": flops / seconds / 1e9}
                 rows.append(row)

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,3 +99,23 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         log.warning("train.precision=bf16 on %s without native bf16: expect it to be far slower than fp32 "
                     "(train.precision=auto picks the faster one)", device)
     return precision
+
+
+def reuse_freed_memory() -> None:
+    """Let glibc keep freed memory for reuse instead of handing it back to the system.
+
+    A training step allocates and frees the same large activation buffers every time; by
+    default glibc serves blocks over 32 MB with fresh mmap()s and returns freed heap tops,
+    so every step page-faults its memory in again (measured: 10-25% of a CPU training step).
+    M_MMAP_MAX = 0 serves every block from the heap, M_TRIM_THRESHOLD keeps what is freed.
+    Linux/glibc only; elsewhere nothing changes. Called once by the CLI and the benchmarks."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl, ...)
+        return
+    m_trim_threshold, m_mmap_max = -1, -4
+    mallopt(m_mmap_max, 0)
+    mallopt(m_trim_threshold, 2**31 - 1)

@@ -65,3 +65,30 @@ def test_padding_contributes_nothing() -> None:
     other = logits.detach().clone()
     other[0, 2] = 100.0
     assert criterion(other, target) == pytest.approx(criterion(logits.detach(), target).item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_loss_and_gradient_equal_torch_cross_entropy(dtype) -> None:
+    torch.manual_seed(2)
+    vocab, pad = 50, 0
+    logits = (3 * torch.randn(40, vocab)).to(dtype).requires_grad_()
+    target = torch.randint(1, vocab, (40,))
+    target[::7] = pad
+    loss = LabelSmoothingLoss(vocab, pad, 0.1)(logits, target)
+    loss.backward()
+    reference_logits = logits.detach().float().requires_grad_()
+    expected = F.cross_entropy(reference_logits, target, ignore_index=pad, reduction="sum",
+                               label_smoothing=0.1 * vocab / (vocab - 1))
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+    assert logits.grad.dtype == dtype
+    tolerance = dict(rtol=0, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=2e-3)
+    torch.testing.assert_close(logits.grad.float(), reference_logits.grad, **tolerance)
+    assert logits.grad[::7].abs().max() == 0  # padding rows get no gradient
+
+
+def test_fused_loss_without_smoothing_is_the_negative_log_likelihood() -> None:
+    logits = torch.randn(5, 9, dtype=torch.float64)
+    target = torch.tensor([1, 2, 3, 4, 5])
+    loss = LabelSmoothingLoss(9, 0, 0.0)(logits, target)
+    torch.testing.assert_close(loss, F.cross_entropy(logits, target, reduction="sum"))

@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING if args.quiet else logging.INFO)
     logger.propagate = False
+    from transformer_mt.run import reuse_freed_memory
+
+    reuse_freed_memory()
     try:
         return int(args.func(args) or 0)
     except UserError as err:

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_mt.model.dropout import Dropout
+
 from transformer_mt.model.masks import subsequent_mask
 
 # Per-module incremental state for cached decoding: {"k": (B, H, T, d_k), "v": (B, H, T, d_k)}.
@@ -19,7 +21,7 @@ def attention(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None = None,
-    dropout: nn.Dropout | None = None,
+    dropout: nn.Module | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out (equation 1).
 
@@ -60,7 +62,7 @@ class MultiHeadAttention(nn.Module):
         self.d_k = d_model // n_heads
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.store_attention = False
         self.attn: torch.Tensor | None = None
 
@@ -115,13 +117,18 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(query, memory, cache)
         if is_causal and q.size(2) == 1:
             is_causal = False  # one query, the newest position: every key is in its past
-        if is_causal and (mask is not None or k.size(2) != q.size(2) or self.store_attention):
+        # The written-out path keeps the weights for plots and, in CPU training, drops them
+        # out with the cheap mask of `Dropout` (SDPA's CPU dropout draws one bernoulli each).
+        explicit = self.store_attention or (self.training and self.dropout.p > 0 and q.device.type == "cpu")
+        if is_causal and (mask is not None or k.size(2) != q.size(2) or explicit):
             past = k.size(2) - q.size(2)  # keys already in the cache precede the queries
             causal = subsequent_mask(k.size(2), q.device)[..., past:, :]
             mask = causal if mask is None else mask & causal
             is_causal = False
-        if self.store_attention:
-            x, self.attn = attention(q, k, v, mask, self.dropout if self.training else None)
+        if explicit:
+            x, weights = attention(q, k, v, mask, self.dropout if self.training else None)
+            if self.store_attention:
+                self.attn = weights
         else:
             x = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=is_causal,

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from transformer_mt.model.dropout import Dropout
+
 
 class Embeddings(nn.Module):
     """Token lookup multiplied by sqrt(d_model) (section 3.4).
@@ -47,7 +49,7 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, max_len: int = 1024) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_mt.model.dropout import Dropout
+
 
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (equation 2), applied to each position."""
@@ -16,7 +18,7 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w_2(self.dropout(F.relu(self.w_1(x))))
@@ -33,7 +35,7 @@ class SublayerConnection(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool = True) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

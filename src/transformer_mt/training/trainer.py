@@ -17,7 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer_mt.config import Config
-from transformer_mt.data.batching import BatchStream
+from transformer_mt.data.batching import Batch, BatchStream
 from transformer_mt.data.dataset import EncodedData
 from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
 from transformer_mt.evaluation import perplexity, score
@@ -71,6 +71,15 @@ def _as_python_state(state) -> tuple:
     """random.setstate needs tuples; a checkpoint may give lists back."""
     version, internal, gauss = state
     return version, tuple(internal), gauss
+
+
+def token_logits(model: EncoderDecoder, forward: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher forcing: the logits (N, V) and reference ids (N,) of the batch's N real
+    target tokens. `forward` is the model or its DDP wrapper. Padding positions never reach
+    the generator, whose V-wide projection is the largest matrix product of a small model."""
+    states = forward(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, d_model)
+    real = batch.tgt_out != PAD_ID
+    return model.generator.logits(states[real]), batch.tgt_out[real]
 
 
 def seed_everything(seed: int) -> None:
@@ -134,9 +143,8 @@ class Trainer:
             sync = nullcontext() if last or self.world_size == 1 else self.wrapped.no_sync()
             with sync:
                 with self.autocast():
-                    states = self.wrapped(batch.src, batch.tgt_in, batch.src_mask)
-                    logits = self.model.generator.logits(states)
-                loss = self.criterion(logits, batch.tgt_out) / n_tokens
+                    logits, target = token_logits(self.model, self.wrapped, batch)
+                loss = self.criterion(logits, target) / n_tokens
                 loss.backward()
             total += loss.item()
         grad_norm = 0.0
@@ -158,10 +166,8 @@ class Trainer:
         for _ in range(len(valid)):
             batch = next(valid).to(self.device)
             with self.autocast():
-                logits = self.model.generator.logits(self.model(batch.src, batch.tgt_in, batch.src_mask))
-            total += nn.functional.cross_entropy(
-                logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
-            ).item()
+                logits, target = token_logits(self.model, self.model, batch)
+            total += nn.functional.cross_entropy(logits.float(), target, reduction="sum").item()
             tokens += batch.n_tokens
         return total / max(tokens, 1)
 
