@@ -106,7 +106,7 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src, tgt_in):
         pad_src, pad_tgt = src == PAD, tgt_in == PAD
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), device=tgt_in.device, dtype=torch.bool)
         out = self.transformer(
             self.positional(self.embed(src) * self.scale), self.positional(self.embed(tgt_in) * self.scale),
             tgt_mask=causal, src_key_padding_mask=pad_src, tgt_key_padding_mask=pad_tgt,
