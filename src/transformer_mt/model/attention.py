@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_mt.model.dropout import Dropout
-
 from transformer_mt.model.masks import subsequent_mask
 
 # Per-module incremental state for cached decoding: {"k": (B, H, T, d_k), "v": (B, H, T, d_k)}.

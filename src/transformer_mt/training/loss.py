@@ -37,9 +37,11 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     same numbers, but for a (N, V) batch of bf16 logits it converts and stores fp32
     log-probabilities and makes several more full (N, V) passes in the backward: with an 8k
     vocabulary that was about a third of a small model's training step on a CPU. Here the
-    forward keeps only the logits (bf16 under autocast) and the backward recomputes the fp32
-    softmax, both in blocks of `ROWS` rows that stay in the CPU cache; the gradient comes
-    back in the logits' dtype. Rows whose target is `ignore_index` contribute nothing."""
+    forward computes fp32 log-probabilities in blocks of `ROWS` rows that stay in the CPU
+    cache and keeps only the logits (bf16 under autocast) and the target's log-probability;
+    the backward recomputes the softmax block by block straight into a gradient of the
+    logits' dtype, and writes the target column, where p_y - (1 - s) cancels, from the saved
+    full-precision log-probability. Rows whose target is `ignore_index` contribute nothing."""
 
     ROWS = 256
 
