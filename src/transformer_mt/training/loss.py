@@ -69,7 +69,9 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         grad.sub_(uniform).mul_(weight.to(grad.dtype))  # (softmax - q) * weight, off the target
         # At the target, p_y - (1 - s) cancels: computed in full precision, not from grad.
         at_target = (target_log_probs.exp() - (1.0 - s) - uniform) * weight
-        return grad.scatter_(1, index, at_target.to(grad.dtype)), None, None, None
+        rows = torch.arange(grad.size(0), device=grad.device)
+        grad.index_put_((rows, index.squeeze(1)), at_target.squeeze(1).to(grad.dtype))  # not scatter_: it copies
+        return grad, None, None, None
 
 
 def _blocks(n: int, size: int) -> list[slice]:
