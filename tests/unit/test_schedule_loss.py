@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_mt.config import TrainConfig
-from transformer_mt.training.loss import LabelSmoothingLoss, smoothed_distribution
+from transformer_mt.training.loss import LabelSmoothingLoss, SmoothedCrossEntropy, smoothed_distribution
 from transformer_mt.training.schedule import make_optimizer, make_scheduler, rate
 
 
@@ -85,6 +85,22 @@ def test_fused_loss_and_gradient_equal_torch_cross_entropy(dtype) -> None:
     tolerance = dict(rtol=0, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=2e-3)
     torch.testing.assert_close(logits.grad.float(), reference_logits.grad, **tolerance)
     assert logits.grad[::7].abs().max() == 0  # padding rows get no gradient
+
+
+def test_fused_loss_in_blocks_scales_the_gradient_by_the_incoming_one(monkeypatch) -> None:
+    """Several row blocks and a loss divided by the token count, as the trainer does."""
+    monkeypatch.setattr(SmoothedCrossEntropy, "ROWS", 7)
+    torch.manual_seed(3)
+    logits = torch.randn(30, 11, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 11, (30,))
+    target[3] = 0
+    (LabelSmoothingLoss(11, 0, 0.1)(logits, target) / 29).backward()
+    reference = logits.detach().clone().requires_grad_()
+    (F.cross_entropy(reference, target, ignore_index=0, reduction="sum", label_smoothing=0.11) / 29).backward()
+    torch.testing.assert_close(logits.grad, reference.grad)
+    with torch.no_grad():
+        assert LabelSmoothingLoss(11, 0, 0.1)(logits, target) == pytest.approx(29 * F.cross_entropy(
+            reference, target, ignore_index=0, label_smoothing=0.11).item())
 
 
 def test_fused_loss_without_smoothing_is_the_negative_log_likelihood() -> None:
