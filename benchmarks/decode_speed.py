@@ -35,6 +35,7 @@ from transformer_mt.config import ModelConfig, load_config, replace
 from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.model.transformer import build_model
+from transformer_mt.run import reuse_freed_memory
 
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
@@ -259,6 +260,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads for every system")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    reuse_freed_memory()  # as `transformer-mt translate` does; every system's process gets it
     presets = args.presets or (["small"] if args.quick else ["small", "base"])
     if args.counts:
         counts = dict(zip(SETTINGS, args.counts))

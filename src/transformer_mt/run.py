@@ -108,7 +108,7 @@ def reuse_freed_memory() -> None:
     default glibc serves blocks over 32 MB with fresh mmap()s and returns freed heap tops,
     so every step page-faults its memory in again (measured: 10-25% of a CPU training step).
     M_MMAP_MAX = 0 serves every block from the heap, M_TRIM_THRESHOLD keeps what is freed.
-    Linux/glibc only; elsewhere nothing changes. Called once by the CLI and train_speed."""
+    Linux/glibc only; elsewhere nothing changes. Called once by the CLI, train_speed and decode_speed."""
     if not sys.platform.startswith("linux"):
         return
     try:
