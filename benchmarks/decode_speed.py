@@ -35,7 +35,7 @@ from transformer_mt.config import ModelConfig, load_config, replace
 from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.model.transformer import build_model
-from transformer_mt.run import reuse_freed_memory
+from transformer_mt.device import reuse_freed_memory
 
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}

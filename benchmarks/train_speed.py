@@ -33,7 +33,7 @@ from transformer_mt.config import load_config, replace
 from transformer_mt.data.batching import batch_indices, collate
 from transformer_mt.model import build_model
 from transformer_mt.model.embeddings import PositionalEncoding
-from transformer_mt.run import has_fast_bf16, reuse_freed_memory
+from transformer_mt.device import has_fast_bf16, reuse_freed_memory
 from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.trainer import token_logits
 

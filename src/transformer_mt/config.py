@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +19,45 @@ from typing import Any
 
 import yaml
 
-from transformer_mt.data.tasks import TASKS
-from transformer_mt.errors import UserError
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # presets, shipped inside the package
+TASK_NAMES = ("numbers", "copy")  # the built-in tasks of data/tasks.py
+PRECISIONS = ("auto", "bf16", "fp32")
+RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+log = logging.getLogger("transformer_mt")
 
 
-class ConfigError(UserError):
-    """A user mistake in a configuration: the message says which key and what is allowed."""
+class ConfigError(ValueError):
+    """A user mistake in a configuration: the message says which key and what is allowed.
+    (A ValueError like errors.UserError, which subclasses it, so config stays a leaf.)"""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but with YAML 1.2 floats: `3e-4` and `1E9` are numbers, not
+    strings (YAML 1.1, which PyYAML follows, wants a dot: `3.0e-4`)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str, name: str) -> Any:
+    """YAML text -> Python values; a syntax error is one line naming `name`, line and column."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{name}{where}: not valid YAML ({err.problem})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{name}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
 @dataclass(frozen=True)
@@ -39,7 +72,7 @@ class ModelConfig:
     norm_first: bool = True
     tie_embeddings: bool = True
     share_vocab: bool = True
-    max_len: int = 1024
+    max_positions: int = 1024
     src_vocab_size: int = 0
     tgt_vocab_size: int = 0
 
@@ -54,7 +87,7 @@ class ModelConfig:
             f"must be divisible by model.n_heads ({self.d_model} % {self.n_heads} != 0)",
         )
         _require(0.0 <= self.dropout < 1.0, "model.dropout", "must be in [0, 1)")
-        _require(self.max_len >= 2, "model.max_len", "must be at least 2")
+        _require(self.max_positions >= 2, "model.max_positions", "must be at least 2")
         _require(self.src_vocab_size >= 0, "model.src_vocab_size", "must be >= 0 (0 = from the tokenizer)")
         _require(self.tgt_vocab_size >= 0, "model.tgt_vocab_size", "must be >= 0 (0 = from the tokenizer)")
 
@@ -78,7 +111,7 @@ class DataConfig:
     max_len_ratio: float = 3.0
 
     def validate(self) -> None:
-        _require(self.task in ("", *TASKS), "data.task", f"must be '' or one of {', '.join(TASKS)}")
+        _require(self.task in ("", *TASK_NAMES), "data.task", f"must be '' or one of {', '.join(TASK_NAMES)}")
         _require(self.task_size >= 10, "data.task_size", "must be at least 10")
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
         _require(self.vocab_type in ("bpe", "unigram"), "data.vocab_type", "must be 'bpe' or 'unigram'")
@@ -119,7 +152,7 @@ class TrainConfig:
         _require(self.max_seconds >= 0, "train.max_seconds", "must be >= 0 (0 = no time limit)")
         _require(self.accumulate >= 1, "train.accumulate", "must be at least 1")
         _require(self.clip_norm >= 0, "train.clip_norm", "must be >= 0 (0 = no clipping)")
-        _require(self.precision in ("auto", "bf16", "fp32"), "train.precision", "must be 'auto', 'bf16' or 'fp32'")
+        _require(self.precision in PRECISIONS, "train.precision", "must be 'auto', 'bf16' or 'fp32'")
         _require(self.log_every >= 1, "train.log_every", "must be at least 1")
         _require(self.valid_every >= 1, "train.valid_every", "must be at least 1")
         _require(self.patience >= 0, "train.patience", "must be >= 0 (0 = no early stopping)")
@@ -137,6 +170,7 @@ class DecodeConfig:
     max_len_a: float = 1.0
     max_len_b: int = 50
     batch_tokens: int = 4096
+    precision: str = "fp32"
 
     def validate(self) -> None:
         _require(self.beam >= 1, "decode.beam", "must be at least 1")
@@ -144,6 +178,7 @@ class DecodeConfig:
         _require(self.max_len_a >= 0, "decode.max_len_a", "must be >= 0")
         _require(self.max_len_b >= 1, "decode.max_len_b", "must be at least 1")
         _require(self.batch_tokens >= 1, "decode.batch_tokens", "must be positive")
+        _require(self.precision in PRECISIONS, "decode.precision", "must be 'auto', 'bf16' or 'fp32'")
 
 
 @dataclass(frozen=True)
@@ -158,6 +193,10 @@ class Config:
     def validate(self) -> None:
         for section in (self.model, self.data, self.train, self.decode):
             section.validate()
+        _require(self.data.max_len + 1 <= self.model.max_positions, "data.max_len",
+                 f"training pairs of up to {self.data.max_len} subwords (+ eos or bos) need "
+                 f"model.max_positions >= {self.data.max_len + 1}, got {self.model.max_positions}; "
+                 "lower data.max_len or raise model.max_positions")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -205,6 +244,12 @@ def _build_section(cls: type, values: Any, section: str) -> Any:
     allowed = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in values.items():
+        if (section, key) in RENAMED_KEYS:
+            new = RENAMED_KEYS[section, key]
+            log.warning("%s.%s is now called %s.%s; please rename it", section, key, section, new)
+            if new in values:
+                raise ConfigError(f"{section}.{key}: renamed to {section}.{new}, which is set too; keep one")
+            key = new
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -253,16 +298,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     parts = dotted.split(".")
     if len(parts) != 2 or not all(parts):
         raise ConfigError(f"{text}: overrides look like --section.key=value (e.g. --train.max_steps=100)")
-    return parts, yaml.safe_load(value) if value else ""
+    return parts, parse_yaml(value, text) if value else ""
 
 
 def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
     """Read a YAML config (or preset), apply dotted overrides, validate."""
     path = resolve_config_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot be read ({err})") from None
+    raw = parse_yaml(text, str(path))
     raw = raw if raw is not None else {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
@@ -278,9 +324,9 @@ def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = ()) 
         raise ConfigError(f"{path}: {err}") from None
 
 
-def save_config(cfg: Config, path: str | Path) -> None:
-    """Write the resolved config as YAML (what a run directory keeps)."""
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+def config_yaml(cfg: Config) -> str:
+    """The resolved config as YAML text (what a run directory keeps as config.yaml)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 
 def replace(cfg: Any, **changes: Any) -> Any:

@@ -1,54 +1,163 @@
-"""Translator: a trained run directory as a function from sentences to translations.
+"""Translator: a trained run directory as a function from sentences to hypotheses.
 
-The CLI, the trainer's validation, the web server and notebooks all go through it:
+The CLI, the trainer's validation, the web server and notebooks all go through one
+entry point, `Translator.search(lines, settings, nbest)`. Decoding settings (beam,
+n-best, length penalty, length limits, precision) are arguments of each call, never
+state a call changes and restores, so concurrent calls cannot see each other's settings:
 
     from transformer_mt import Translator
     translator = Translator.from_run("runs/demo")
-    translator.translate(["forty-two"])      # ['zweiundvierzig']
+    translator.translate(["forty-two"])            # ['zweiundvierzig'], the run's settings
+    translator.translate(["forty-two"], beam=1)    # greedy, for this call only
 """
 
 from __future__ import annotations
 
 import logging
+import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from transformer_mt.config import DecodeConfig, load_config, replace
+from transformer_mt.config import ConfigError, DecodeConfig, replace
 from transformer_mt.data.batching import pad_sequences
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, Tokenizer
-from transformer_mt.decoding.beam import beam_search
+from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode, max_lengths
+from transformer_mt.device import autocast, resolve_device, resolve_precision
 from transformer_mt.errors import UserError
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.model.transformer import EncoderDecoder, build_model
-from transformer_mt.run import CHECKPOINT_CHOICES, RunDir, resolve_device
-from transformer_mt.training.checkpoint import list_checkpoints, load_checkpoint, load_weights
+from transformer_mt.model.transformer import EncoderDecoder
+from transformer_mt.runs import RunDir, load_run_model
 
 log = logging.getLogger("transformer_mt")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+ATTENTION_KINDS = ("encoder", "decoder", "cross")
 
 
-Hypotheses = list[tuple[list[int], float]]  # n-best of one sentence: (subword ids, score)
+@dataclass(frozen=True)
+class Hypothesis:
+    """One translation of a sentence.
+
+    ids: the subword ids the search produced (no bos, eos or padding); tokens: their
+    pieces; text: the detokenised translation; finished: whether it ended with eos (not
+    at the length limit); score: log P(Y | X) / lp(Y) with lp(Y) = ((5 + |Y|) / 6) ** alpha
+    and |Y| the emitted tokens, eos included: the same whatever the beam (alpha 0 gives
+    the plain log-probability)."""
+
+    text: str
+    tokens: list[str]
+    ids: list[int]
+    score: float
+    finished: bool = True
+
+
+EMPTY = Hypothesis("", [], [], 0.0)
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Attention of one sentence pair. S = source subwords + eos, T = output subwords
+    (+ eos when the translation finished).
+
+    encoder (L, H, S, S), decoder (L, H, T, T), cross (L, H, T, S), float32 on the CPU;
+    rows are queries and sum to 1. The decoder query at position t reads `target_in[t]`
+    and produces `target[t]`."""
+
+    source: list[str]
+    target_in: list[str]
+    target: list[str]
+    translation: str
+    encoder: torch.Tensor
+    decoder: torch.Tensor
+    cross: torch.Tensor
+
+    @property
+    def n_layers(self) -> int:
+        return self.encoder.size(0)
+
+    @property
+    def n_heads(self) -> int:
+        return self.encoder.size(1)
+
+    def weights(self, kind: str) -> torch.Tensor:
+        """(L, H, rows, columns) of `kind`: encoder, decoder or cross."""
+        if kind not in ATTENTION_KINDS:
+            raise UserError(f"attention kind must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
+        return getattr(self, kind)
+
+    def labels(self, kind: str) -> tuple[list[str], list[str], str, str]:
+        """(row labels, column labels, row axis name, column axis name) of `kind`."""
+        if kind == "encoder":
+            return self.source, self.source, "source subword (query)", "source subword (key)"
+        if kind == "decoder":
+            return self.target_in, self.target_in, "decoder input (query)", "decoder input (key)"
+        return self.target, self.source, "producing target subword", "source subword"
+
+    def check_layer_head(self, layer: int, head: int) -> None:
+        """UserError unless 1 <= layer <= L and 1 <= head <= H."""
+        if not 1 <= layer <= self.n_layers:
+            raise UserError(f"--layer must be between 1 and {self.n_layers}, got {layer}")
+        if not 1 <= head <= self.n_heads:
+            raise UserError(f"--head must be between 1 and {self.n_heads}, got {head}")
+
+
+def decode_settings(defaults: DecodeConfig, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
+    """The settings of one call: `defaults` with `changes`, validated. With no `beam`,
+    the default beam widened to `nbest` if needed; a `beam` given smaller than `nbest`
+    is an error (the CLI and the server apply this same rule)."""
+    if nbest < 1:
+        raise UserError(f"nbest must be at least 1, got {nbest}")
+    try:
+        settings = replace(defaults, beam=beam if beam is not None else max(defaults.beam, nbest), **changes)
+        settings.validate()
+    except TypeError as err:
+        raise UserError(f"unknown decoding setting ({err})") from None
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+    if nbest > settings.beam:
+        raise UserError(f"nbest ({nbest}) cannot exceed beam ({beam}); raise the beam or lower nbest")
+    return settings
+
+
+def has_text(line: str) -> bool:
+    """Whether `line` has a character other than white space, control characters (such as
+    NUL) and invisible format characters (such as the soft hyphen): only those lines are
+    translated; the others give an empty translation."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf") for ch in line)
+
+
+def check_line(line: object, number: int) -> str:
+    """A line the tokenizer can take, or a UserError naming the input line."""
+    if not isinstance(line, str):
+        raise UserError(f"input {number}: expected text, got {type(line).__name__}")
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UserError(f"input {number}: not valid Unicode text ({err.reason} at character {err.start}); "
+                        "send UTF-8 text") from None
+    return line
 
 
 class Translator:
-    """Batched translation with a model, its tokenizer and decoding settings.
+    """Batched translation with a model, its tokenizer and default decoding settings.
 
-    `decode.beam` > 1 searches with `beam_search`, beam 1 with `greedy_decode`. Inputs
-    are sorted by length into batches of about `decode.batch_tokens` source tokens and
-    the outputs put back in input order. An empty input line gives an empty output line;
-    an input longer than the model's maximum position (model.max_len - 1 subwords) is
-    truncated to it with a warning."""
+    Beam 1 with n-best 1 decodes with `greedy_decode`, anything else with `beam_search`.
+    Inputs are sorted by length into batches of about `batch_tokens` source tokens and the
+    outputs put back in input order. A line without text gives an empty output; an input
+    longer than the model's positional table allows (model.max_positions - 1 subwords)
+    is truncated to it with a warning. The model and the defaults are never changed by a
+    call: a Translator may serve several threads (attention excepted, see there)."""
 
     def __init__(
-        self, model: EncoderDecoder, tokenizer: Tokenizer, decode: DecodeConfig, device: torch.device
+        self, model: EncoderDecoder, tokenizer: Tokenizer, defaults: DecodeConfig, device: torch.device
     ) -> None:
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
-        self.decode_cfg = decode
+        self.defaults = defaults
         self.device = device
         self.max_source = model.positional.pe.size(0) - 1  # room for eos
 
@@ -64,166 +173,125 @@ class Translator:
         """Load config, tokenizer and weights of a run directory.
 
         `checkpoint`: best, last or average; `dtype`: float32, or bfloat16 to cast the
-        weights (faster on CPUs with bf16 units); `decode_overrides`: DecodeConfig fields
-        such as beam=4, length_penalty=0.6, batch_tokens=2048."""
+        weights; `decode_overrides`: DecodeConfig fields that become this translator's
+        defaults, such as beam=4, length_penalty=0.6, batch_tokens=2048, precision='bf16'."""
         if dtype not in DTYPES:
             raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        run = RunDir(Path(path)).require()
-        cfg = load_config(run.config)
-        tokenizer = Tokenizer.load(run.tokenizer)
-        if len(tokenizer) != cfg.model.tgt_vocab_size:
-            raise UserError(f"{run.tokenizer}: has {len(tokenizer)} subwords but {run.config} says "
-                            f"model.tgt_vocab_size={cfg.model.tgt_vocab_size}")
-        model = build_model(cfg.model)
-        load_run_weights(model, run, checkpoint)
-        try:
-            decode = replace(cfg.decode, **decode_overrides)
-        except TypeError as err:
-            raise UserError(f"unknown decoding setting ({err})") from None
-        decode.validate()
-        return cls(model.to(DTYPES[dtype]), tokenizer, decode, resolve_device(device))
+        cfg, tokenizer, model = load_run_model(RunDir(Path(path)), checkpoint)
+        defaults = decode_settings(cfg.decode, **decode_overrides)
+        return cls(model.to(DTYPES[dtype]), tokenizer, defaults, resolve_device(device))
 
+    def settings(self, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
+        """This translator's defaults with the changes of one call (see `decode_settings`)."""
+        return decode_settings(self.defaults, beam, nbest, **changes)
+
+    # ---- the entry point -------------------------------------------------------------
+    def search(self, lines: list[str], settings: DecodeConfig | None = None, nbest: int = 1) -> list[list[Hypothesis]]:
+        """The `nbest` best hypotheses of each line, best first, in input order; a line
+        without text gives [EMPTY]. `settings` defaults to the translator's defaults."""
+        settings = settings if settings is not None else self.settings(nbest=nbest)
+        if nbest > settings.beam:
+            raise UserError(f"nbest ({nbest}) cannot exceed beam ({settings.beam})")
+        ids = self._encode(lines)
+        found: list[list[tuple[list[int], float, bool]]] = [[] for _ in lines]
+        precision = resolve_precision(settings.precision, self.device)
+        with torch.inference_mode(), autocast(self.device, precision):
+            for batch in self._batches(ids, settings.batch_tokens):
+                src = pad_sequences([ids[i] + [EOS_ID] for i in batch]).to(self.device)
+                for i, row in zip(batch, self._decode_batch(src, settings, nbest)):
+                    found[i] = row
+        return [[self._hypothesis(*h) for h in row] if row else [EMPTY] for row in found]
+
+    def translate(self, lines: list[str], **settings: Any) -> list[str]:
+        """Translations of `lines` (the best hypothesis' text); `settings` change the
+        defaults for this call (beam=1, length_penalty=1.0, ...)."""
+        return [row[0].text for row in self.search(lines, self.settings(**settings))]
+
+    def translate_nbest(self, lines: list[str], n: int, **settings: Any) -> list[list[tuple[str, float]]]:
+        """The n best (text, score) of each line, best first (see `Hypothesis.score`)."""
+        found = self.search(lines, self.settings(nbest=n, **settings), n)
+        return [[(h.text, h.score) for h in row] for row in found]
+
+    # ---- the steps ---------------------------------------------------------------------
     def _encode(self, lines: list[str]) -> list[list[int]]:
-        ids = self.tokenizer.encode(lines)
+        """Subword ids of each line (checked; [] for a line without text), truncated to
+        what the positional table allows, with a warning for each truncated line."""
+        checked = [check_line(line, number) for number, line in enumerate(lines, start=1)]
+        ids = self.tokenizer.encode([line if has_text(line) else "" for line in checked])
         for number, seq in enumerate(ids, start=1):
             if len(seq) > self.max_source:
                 log.warning("input %d has %d subwords; truncated to the model's maximum of %d",
                             number, len(seq), self.max_source)
         return [seq[: self.max_source] for seq in ids]
 
-    def _batches(self, ids: list[list[int]]) -> list[list[int]]:
+    @staticmethod
+    def _batches(ids: list[list[int]], batch_tokens: int) -> list[list[int]]:
         """Indices of non-empty inputs, longest first, cut into batches of ~batch_tokens."""
         order = sorted((i for i, s in enumerate(ids) if s), key=lambda i: -len(ids[i]))
         batches, current = [], []
         for i in order:
             width = len(ids[current[0]]) + 1 if current else len(ids[i]) + 1
-            if current and width * (len(current) + 1) > self.decode_cfg.batch_tokens:
+            if current and width * (len(current) + 1) > batch_tokens:
                 batches.append(current)
                 current = []
             current.append(i)
         return batches + ([current] if current else [])
 
-    def _decode_batch(self, src: torch.Tensor, beam: int, nbest: int) -> list[Hypotheses]:
-        """n-best (ids without specials, score) for each row of src (B, S)."""
-        cfg = self.decode_cfg
-        limits = max_lengths((src != PAD_ID).sum(1), cfg.max_len_a, cfg.max_len_b)
+    def _decode_batch(self, src: torch.Tensor, settings: DecodeConfig, nbest: int) -> list[list[tuple]]:
+        """(ids without specials, normalised score, finished) of the n-best of each row of src (B, S)."""
+        alpha = settings.length_penalty
+        limits = max_lengths((src != PAD_ID).sum(1), settings.max_len_a, settings.max_len_b)
         limits = limits.clamp(max=self.max_source)
-        if beam == 1 and nbest == 1:
+        if settings.beam == 1 and nbest == 1:
             tokens, scores = greedy_decode(self.model, src, limits, BOS_ID, EOS_ID, PAD_ID)
             tokens, scores = tokens[:, None], scores[:, None]
+            emitted = tokens.ne(PAD_ID).sum(-1).cpu()  # (B, 1) tokens emitted, eos included
+            scores = scores.float().cpu() / torch.tensor([[gnmt_penalty(int(n), alpha)] for n in emitted[:, 0]])
         else:
-            tokens, scores = beam_search(self.model, src, beam, limits, BOS_ID, EOS_ID, PAD_ID,
-                                         length_penalty=cfg.length_penalty, nbest=nbest)
+            tokens, scores = beam_search(self.model, src, settings.beam, limits, BOS_ID, EOS_ID, PAD_ID,
+                                         length_penalty=alpha, nbest=nbest)
         return [
-            [([i for i in row.tolist() if i not in SPECIAL_IDS], float(s)) for row, s in zip(rows, row_scores)]
+            [([i for i in row if i not in SPECIAL_IDS], float(s), EOS_ID in row)
+             for row, s in zip(rows.tolist(), row_scores.tolist())]
             for rows, row_scores in zip(tokens.cpu(), scores.float().cpu())
         ]
 
-    def _search(self, lines: list[str], beam: int, nbest: int) -> list[Hypotheses]:
-        """Decode `lines` in length-sorted batches; results in input order."""
-        ids = self._encode(lines)
-        outputs: list[Hypotheses] = [[([], 0.0)] for _ in lines]
-        for batch in self._batches(ids):
-            src = pad_sequences([ids[i] + [EOS_ID] for i in batch]).to(self.device)
-            for i, found in zip(batch, self._decode_batch(src, beam, nbest)):
-                outputs[i] = found
-        return outputs
+    def _hypothesis(self, ids: list[int], score: float, finished: bool) -> Hypothesis:
+        return Hypothesis(self.tokenizer.decode([ids])[0], self.tokenizer.id_to_piece(ids), ids, score, finished)
 
-    def translate(self, lines: list[str]) -> list[str]:
-        """Translate sentences; an empty line gives an empty line, order is kept."""
-        found = self._search(lines, self.decode_cfg.beam, 1)
-        return self.tokenizer.decode([hypotheses[0][0] for hypotheses in found]) if lines else []
-
-    def translate_nbest(self, lines: list[str], n: int) -> list[list[tuple[str, float]]]:
-        """The n best translations of each line, best first, with their scores (log-prob
-        divided by the length penalty). Searches with a beam of max(decode.beam, n); an
-        empty line gives [("", 0.0)]."""
-        if n < 1:
-            raise UserError(f"n-best size must be at least 1, got {n}")
-        found = self._search(lines, max(self.decode_cfg.beam, n), n)
-        return [
-            list(zip(self.tokenizer.decode([ids for ids, _ in hypotheses]), (s for _, s in hypotheses)))
-            for hypotheses in found
-        ]
-
-    @torch.inference_mode()
-    def attention(self, sentence: str, translation: str | None = None) -> dict[str, Any]:
-        """Attention weights of one sentence and its translation: the output is
+    # ---- attention ---------------------------------------------------------------------
+    def attention(self, sentence: str, hypothesis: Hypothesis | None = None,
+                  settings: DecodeConfig | None = None) -> AttentionMaps:
+        """Attention weights of one sentence and a translation of it: the output is
         teacher-forced through the model once with every MultiHeadAttention storing its
-        weights. The output is `translation` when given (one already found, for example by
-        a batched beam search: no decoding again), else the configured decoding's.
-        Not thread-safe: it switches the shared model's `store_attention`.
-
-        Returns source (S subword pieces, eos included), target_in (T decoder inputs:
-        bos + output), target (T pieces the decoder produces: output + eos when it ended),
-        translation (text), and float32 cpu tensors encoder (L, H, S, S), decoder
-        (L, H, T, T) and cross (L, H, T, S): rows are queries and sum to 1."""
+        weights. The output is `hypothesis` when given (one already found, for example
+        by a batched search: its very ids, not a re-tokenisation of its text), else the
+        best hypothesis of `settings` (default: the translator's defaults).
+        Not thread-safe: it switches the shared model's `store_attention`."""
         src_ids = self._encode([sentence])[0]
         if not src_ids:
             raise UserError("the sentence to show attention for is empty")
+        settings = settings if settings is not None else self.defaults
+        if hypothesis is None:
+            hypothesis = self.search([sentence], settings)[0][0]
+        output = hypothesis.ids[: self.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])
         src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
-        if translation is None:
-            output = self._output_with_eos(src)
-        else:
-            output = self.tokenizer.encode([translation])[0][: self.max_source] + [EOS_ID]
         tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=self.device)
         self.model.set_store_attention(True)
         try:
-            self.model(src, tgt_in, padding_mask(src, PAD_ID))
-            encoder = _stored_attention([layer.self_attn for layer in self.model.encoder.layers])
-            decoder = _stored_attention([layer.self_attn for layer in self.model.decoder.layers])
-            cross = _stored_attention([layer.src_attn for layer in self.model.decoder.layers])
+            with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
+                self.model(src, tgt_in, padding_mask(src, PAD_ID))
+            layers = {"encoder": self.model.encoder.layers, "decoder": self.model.decoder.layers}
+            encoder = _stored_attention([layer.self_attn for layer in layers["encoder"]])
+            decoder = _stored_attention([layer.self_attn for layer in layers["decoder"]])
+            cross = _stored_attention([layer.src_attn for layer in layers["decoder"]])
         finally:
             self.model.set_store_attention(False)
         pieces = self.tokenizer.id_to_piece
-        return {
-            "source": pieces(src[0].tolist()),
-            "target_in": pieces(tgt_in[0].tolist()),
-            "target": pieces(output),
-            "translation": self.tokenizer.decode([output])[0],
-            "encoder": encoder,
-            "decoder": decoder,
-            "cross": cross,
-        }
-
-    def _output_with_eos(self, src: torch.Tensor) -> list[int]:
-        """The decoded output of one source (1, S), eos included when it was emitted."""
-        cfg = self.decode_cfg
-        limits = max_lengths((src != PAD_ID).sum(1), cfg.max_len_a, cfg.max_len_b).clamp(max=self.max_source)
-        if cfg.beam == 1:
-            tokens, _ = greedy_decode(self.model, src, limits, BOS_ID, EOS_ID, PAD_ID)
-            row = tokens[0]
-        else:
-            tokens, _ = beam_search(self.model, src, cfg.beam, limits, BOS_ID, EOS_ID, PAD_ID,
-                                    length_penalty=cfg.length_penalty)
-            row = tokens[0, 0]
-        return [i for i in row.tolist() if i != PAD_ID] or [EOS_ID]
+        return AttentionMaps(pieces(src[0].tolist()), pieces(tgt_in[0].tolist()), pieces(output),
+                             hypothesis.text, encoder, decoder, cross)
 
 
 def _stored_attention(modules: list[torch.nn.Module]) -> torch.Tensor:
     """The stored (1, H, Tq, Tk) weights of each layer's module -> (L, H, Tq, Tk) float32 on cpu."""
     return torch.stack([module.attn[0].float().cpu() for module in modules])
-
-
-def load_run_weights(model: EncoderDecoder, run: RunDir, checkpoint: str = "best") -> Path:
-    """Load weights from a run: best.safetensors, average.safetensors or the last
-    step checkpoint; `best` falls back to the last checkpoint when none was selected yet."""
-    if checkpoint not in CHECKPOINT_CHOICES:
-        raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
-    if checkpoint in ("best", "average"):
-        path = run.best if checkpoint == "best" else run.average
-        if path.is_file():
-            load_weights(model, path)
-            return path
-        if checkpoint == "average":
-            raise UserError(f"{path}: missing; create it with `transformer-mt average {run.root} --last N`")
-    steps = list_checkpoints(run.checkpoints)
-    if not steps:
-        raise UserError(f"{run.checkpoints}: no step_N.pt checkpoint (and no {run.best.name}); "
-                        "train the run first")
-    state = load_checkpoint(steps[-1])
-    try:
-        model.load_state_dict(state["model"])
-    except (RuntimeError, KeyError) as err:
-        raise UserError(f"{steps[-1]}: does not match the model in config.yaml ({str(err).splitlines()[0]})") from None
-    return steps[-1]

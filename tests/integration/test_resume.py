@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_mt.training.checkpoint import list_checkpoints, load_checkpoint
+from transformer_mt.runs import list_checkpoints, load_checkpoint
 
 STEPS, EVERY = 80, 10
 ARGS = ["--train.max_steps=%d" % STEPS, "--train.valid_every=%d" % EVERY, "--model.dropout=0.1",
@@ -55,10 +55,10 @@ def test_killed_run_resumes_bit_identically(tmp_path: Path) -> None:
 WRITER = """
 import sys, torch
 from pathlib import Path
-from transformer_mt.training.checkpoint import atomic_torch_save
+from transformer_mt.runs import save_checkpoint
 state = {"w": torch.randn(4_000_000)}
 for step in range(1000):
-    atomic_torch_save(state, Path(sys.argv[1]) / f"step_{step}.pt")
+    save_checkpoint(state, Path(sys.argv[1]) / f"step_{step}.pt")
 """
 
 

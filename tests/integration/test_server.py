@@ -189,12 +189,7 @@ def test_background_server_refuses_other_addresses(service: TranslationService) 
 
 def test_beam_and_nbest(client: TestClient, translator: Translator) -> None:
     data = post(client, {"text": "w1 w2 w3\nw4 w5", "beam": 3, "nbest": 2}).json()
-    saved = translator.decode_cfg
-    translator.decode_cfg = replace(saved, beam=3)  # the beam the request asks for
-    try:
-        expected = translator.translate_nbest(["w1 w2 w3", "w4 w5"], 2)
-    finally:
-        translator.decode_cfg = saved
+    expected = translator.translate_nbest(["w1 w2 w3", "w4 w5"], 2, beam=3)
     for result, hypotheses in zip(data["results"], expected):
         assert [h["text"] for h in result["nbest"]] == [text for text, _ in hypotheses]
         scores = [h["score"] for h in result["nbest"]]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from transformer_mt.config import CONFIG_DIR, ConfigError, load_config
+from transformer_mt.config import CONFIG_DIR, TASK_NAMES, ConfigError, load_config
+from transformer_mt.data.tasks import TASKS
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
@@ -58,8 +59,9 @@ def test_bad_values_name_the_key(override: str, message: str) -> None:
 def test_bad_yaml_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("model:\n  n_heads: [unclosed\n")
-    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"bad.yaml, line 3, column 1: not valid YAML \(expected") as err:
         load_config(path)
+    assert "\n" not in str(err.value) and "<unicode string>" not in str(err.value)
     path.write_text("model:\n  n_heads: 3\n  d_model: 16\ndata:\n  task: numbers\n")
     with pytest.raises(ConfigError, match="bad.yaml: model.d_model"):
         load_config(path)
@@ -68,3 +70,54 @@ def test_bad_yaml_file(tmp_path: Path) -> None:
 def test_unknown_preset() -> None:
     with pytest.raises(ConfigError, match="no such config file or preset"):
         load_config("gigantic")
+
+
+@pytest.mark.parametrize("spelling,value", [("3e-4", 3e-4), ("3E-4", 3e-4), ("1e-9", 1e-9), ("2.5e+3", 2500.0),
+                                            ("1.0e-9", 1e-9), (".5", 0.5), ("7", 7.0), ("+1e2", 100.0)])
+def test_scientific_notation_is_a_number_on_the_command_line_and_in_files(
+    tmp_path: Path, spelling: str, value: float
+) -> None:
+    assert load_config("tiny", [f"--train.lr_scale={spelling}"]).train.lr_scale == pytest.approx(value)
+    assert load_config("tiny", [f"--train.adam_eps={spelling}"]).train.adam_eps == pytest.approx(value)
+    path = tmp_path / "sci.yaml"
+    path.write_text(f"train:\n  lr_scale: {spelling}\n  adam_betas: [0.9, 9.8e-1]\n")
+    cfg = load_config(path)
+    assert cfg.train.lr_scale == pytest.approx(value) and cfg.train.adam_betas == (0.9, 0.98)
+
+
+def test_names_with_numbers_stay_strings() -> None:
+    assert load_config("tiny", ["--data.train_src=corpus.1e5"]).data.train_src == "corpus.1e5"
+    assert load_config("tiny", ["--data.train_src=e5"]).data.train_src == "e5"
+
+
+def test_old_model_max_len_is_read_as_max_positions_with_a_warning(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text("model:\n  max_len: 300\n")
+    with caplog.at_level("WARNING", logger="transformer_mt"):
+        cfg = load_config(path)
+    assert cfg.model.max_positions == 300
+    assert "model.max_len is now called model.max_positions" in caplog.text
+    with pytest.raises(ConfigError, match="renamed to model.max_positions, which is set too"):
+        load_config("tiny", ["--model.max_len=300"])
+
+
+def test_training_length_must_fit_the_positional_table() -> None:
+    with pytest.raises(ConfigError, match=r"data.max_len: .* need model.max_positions >= 301, got 300"):
+        load_config("tiny", ["--model.max_positions=300", "--data.max_len=300"])
+    assert load_config("tiny", ["--model.max_positions=301", "--data.max_len=300"]).data.max_len == 300
+
+
+def test_presets_live_inside_the_package() -> None:
+    import transformer_mt
+
+    assert CONFIG_DIR.parent == Path(transformer_mt.__file__).parent
+    assert {"tiny", "small", "base", "big", "demo"} <= {p.stem for p in CONFIG_DIR.glob("*.yaml")}
+
+
+def test_task_names_are_the_built_in_tasks() -> None:
+    assert set(TASK_NAMES) == set(TASKS)
+
+
+def test_config_imports_nothing_of_the_package() -> None:
+    source = (Path(__file__).resolve().parents[2] / "src" / "transformer_mt" / "config.py").read_text()
+    assert "from transformer_mt" not in source and "import transformer_mt" not in source

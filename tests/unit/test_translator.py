@@ -11,8 +11,12 @@ import pytest
 import torch
 
 from conftest import TINY_RUN_STEPS
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.device import has_fast_bf16
 from transformer_mt.errors import UserError
-from transformer_mt.translator import Translator
+from transformer_mt.evaluation import score
+from transformer_mt.model.masks import padding_mask
+from transformer_mt.translator import Hypothesis, Translator
 
 LINES = ["w4 w3", "w7 w1 w9 w2 w5", "", "w10", "w2 w2 w8 w6", "   ", "w9 w1"]
 
@@ -28,7 +32,7 @@ def test_batched_results_come_back_in_input_order(translator: Translator) -> Non
     assert [[text for text, _ in row] for row in together] == [[text for text, _ in row] for row in alone]
     for row, single in zip(together, alone):
         assert [s for _, s in row] == pytest.approx([s for _, s in single], abs=1e-5)
-    assert len(translator._batches(translator._encode(LINES))) > 1  # really several batches
+    assert len(translator._batches(translator._encode(LINES), translator.defaults.batch_tokens)) > 1
 
 
 def test_empty_lines_give_empty_outputs(translator: Translator) -> None:
@@ -56,33 +60,96 @@ def test_too_long_input_is_truncated_with_a_warning(translator: Translator, capl
     assert "input 2 has" in caplog.text and "truncated" in caplog.text
 
 
-def test_beam_one_translates_as_greedy(tiny_run: Path) -> None:
-    greedy = Translator.from_run(tiny_run, device="cpu", beam=1)
-    # translate() runs greedy_decode; translate_nbest(..., 1) runs beam_search with beam 1
-    assert [row[0][0] for row in greedy.translate_nbest(LINES, 1)] == greedy.translate(LINES)
+def teacher_forced_log_prob(translator: Translator, line: str, hypothesis: Hypothesis) -> float:
+    """log P(Y | X) of a hypothesis, summed over its tokens (eos included when it finished),
+    computed by one teacher-forced pass: independent of the search code."""
+    model = translator.model
+    src = torch.tensor([translator.tokenizer.encode([line])[0] + [EOS_ID]])
+    output = hypothesis.ids + ([EOS_ID] if hypothesis.finished else [])
+    tgt_in = torch.tensor([[BOS_ID] + output[:-1]])
+    with torch.no_grad():
+        log_probs = model.generator(model(src, tgt_in, padding_mask(src, PAD_ID)))[0]  # (T, V)
+    return float(log_probs.gather(1, torch.tensor(output)[:, None]).sum())
 
 
-def test_translate_under_bf16_autocast_and_with_bf16_weights(tiny_run: Path, translator: Translator) -> None:
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert len(translator.translate(LINES)) == len(LINES)
-    bf16 = Translator.from_run(tiny_run, device="cpu", dtype="bfloat16", beam=2)
-    assert next(bf16.model.parameters()).dtype == torch.bfloat16
-    assert len(bf16.translate(LINES)) == len(LINES)
+@pytest.mark.parametrize("beam,alpha", [(1, 0.6), (1, 0.0), (3, 0.6), (3, 1.5)])
+def test_scores_mean_the_same_whatever_the_beam(translator: Translator, beam: int, alpha: float) -> None:
+    lines = [line for line in LINES if line.strip()]
+    found = translator.search(lines, translator.settings(beam=beam, length_penalty=alpha), nbest=1)
+    for line, (best,) in zip(lines, found):
+        emitted = len(best.ids) + best.finished
+        expected = teacher_forced_log_prob(translator, line, best) / ((5 + emitted) / 6) ** alpha
+        assert best.score == pytest.approx(expected, abs=1e-4)
+
+
+def test_nbest_widens_the_default_beam_but_not_a_given_one(translator: Translator) -> None:
+    assert translator.settings(nbest=5).beam == 5  # the default (3) widened
+    assert translator.settings(nbest=2).beam == 3
+    with pytest.raises(UserError, match=r"nbest \(5\) cannot exceed beam \(2\)"):
+        translator.settings(beam=2, nbest=5)
+
+
+def test_a_call_never_changes_the_defaults(translator: Translator) -> None:
+    before = translator.defaults
+    translator.translate(LINES, beam=1, length_penalty=2.0)
+    translator.translate_nbest(LINES, 4)
+    assert translator.defaults == before
+
+
+@pytest.mark.skipif(not has_fast_bf16(torch.device("cpu")), reason="no native bf16 on this CPU (emulated: very slow)")
+def test_bf16_decoding_agrees_with_fp32(tiny_run: Path) -> None:
+    fp32 = Translator.from_run(tiny_run, device="cpu", beam=2, precision="fp32")
+    lines = [" ".join(f"w{(7 * i + j) % 10}" for j in range(1 + i % 6)) for i in range(60)]
+    reference = fp32.translate(lines)
+    bf16 = fp32.translate(lines, precision="bf16")
+    same = sum(a == b for a, b in zip(reference, bf16))
+    assert same >= 0.8 * len(lines), f"only {same} of {len(lines)} equal"
+    assert score(bf16, reference).bleu > 80
+    weights = Translator.from_run(tiny_run, device="cpu", dtype="bfloat16", beam=2)
+    assert next(weights.model.parameters()).dtype == torch.bfloat16
+    assert score(weights.translate(lines), reference).bleu > 80
+
+
+def test_attention_is_shown_on_the_decoded_ids(translator: Translator) -> None:
+    """A hypothesis whose pieces re-tokenise differently (▁w + 1 -> ▁w1) keeps its own pieces."""
+    piece = translator.tokenizer.sp.PieceToId
+    ids = [piece("▁w"), piece("1"), piece("▁w"), piece("2")]
+    if 1 in ids:  # UNK: this vocabulary has no such pieces
+        pytest.skip("the tiny vocabulary has no separate '▁w' and digit pieces")
+    text = translator.tokenizer.decode([ids])[0]
+    assert translator.tokenizer.encode([text])[0] != ids  # the precondition: text alone would lose them
+    hypothesis = Hypothesis(text, translator.tokenizer.id_to_piece(ids), ids, 0.0, finished=True)
+    maps = translator.attention("w1 w2", hypothesis)
+    assert maps.target == ["▁w", "1", "▁w", "2", "</s>"]
+    assert maps.cross.shape[2] == 5
+
+
+@pytest.mark.parametrize("line", ["\x00", "\u00ad", " \u200b\t", "\x00\x01"])
+def test_a_line_without_text_translates_to_an_empty_line(translator: Translator, line: str) -> None:
+    assert translator.translate(["w1 w2", line]) == [translator.translate(["w1 w2"])[0], ""]
+
+
+def test_text_that_is_not_unicode_is_a_user_error(translator: Translator) -> None:
+    with pytest.raises(UserError, match="input 2: not valid Unicode"):
+        translator.translate(["w1", "w2 \ud800"])
+    with pytest.raises(UserError, match="input 1: expected text"):
+        translator.translate([b"w1"])
 
 
 def test_attention_has_every_layer_and_head(translator: Translator) -> None:
     maps = translator.attention("w7 w1 w9")
     layers, heads = len(translator.model.encoder.layers), translator.model.encoder.layers[0].self_attn.n_heads
-    source, target = len(maps["source"]), len(maps["target"])
-    assert maps["source"][-1] == "</s>" and maps["target_in"][0] == "<s>"
-    assert len(maps["target_in"]) == target
-    assert maps["encoder"].shape == (layers, heads, source, source)
-    assert maps["decoder"].shape == (layers, heads, target, target)
-    assert maps["cross"].shape == (layers, heads, target, source)
+    source, target = len(maps.source), len(maps.target)
+    assert maps.source[-1] == "</s>" and maps.target_in[0] == "<s>"
+    assert len(maps.target_in) == target
+    assert maps.encoder.shape == (layers, heads, source, source)
+    assert maps.decoder.shape == (layers, heads, target, target)
+    assert maps.cross.shape == (layers, heads, target, source)
     for kind in ("encoder", "decoder", "cross"):
-        torch.testing.assert_close(maps[kind].sum(-1), torch.ones(layers, heads, maps[kind].size(2)))
-    assert maps["decoder"][..., 0, 1:].eq(0).all()  # the first position sees only itself
-    assert maps["translation"] == translator.translate(["w7 w1 w9"])[0]
+        weights = maps.weights(kind)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(layers, heads, weights.size(2)))
+    assert maps.decoder[..., 0, 1:].eq(0).all()  # the first position sees only itself
+    assert maps.translation == translator.translate(["w7 w1 w9"])[0]
     with pytest.raises(UserError, match="empty"):
         translator.attention("  ")
 
@@ -98,7 +165,7 @@ def test_run_without_tokenizer_names_the_file(tiny_run: Path, tmp_path: Path) ->
 def test_run_without_weights_names_the_folder(tiny_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("*.pt", "*.safetensors"))
-    with pytest.raises(UserError, match="checkpoints: no step_N.pt checkpoint"):
+    with pytest.raises(UserError, match="checkpoints: no readable step_N.pt checkpoint"):
         Translator.from_run(run, device="cpu")
     with pytest.raises(UserError, match="average.safetensors: missing"):
         Translator.from_run(run, device="cpu", checkpoint="average")
@@ -112,7 +179,7 @@ def test_checkpoint_that_does_not_match_the_config_names_the_file(
     shutil.copytree(tiny_run, run)
     config = run / "config.yaml"
     config.write_text(re.sub(r"d_ff: \d+", "d_ff: 40", config.read_text()))
-    with pytest.raises(UserError, match=f"{name}: does not match the model in config.yaml"):
+    with pytest.raises(UserError, match=f"{name}: does not match the model in .*config.yaml .*d_ff|size mismatch"):
         Translator.from_run(run, device="cpu", checkpoint=checkpoint)
 
 

@@ -22,7 +22,6 @@ from transformer_mt.viz import (
     attention_grid_figure,
     attention_head_figure,
     attention_maps,
-    forced_attention,
     pixel_size,
     read_metrics,
 )
@@ -163,7 +162,8 @@ def test_attention_maps_follow_the_translation(translator: Translator, maps) -> 
 
 
 def test_forced_attention_along_the_translation_equals_the_translators(translator: Translator, maps) -> None:
-    forced = forced_attention(translator, "w3 w1 w4 w1 w5", maps.translation)
+    best = translator.search(["w3 w1 w4 w1 w5"])[0][0]
+    forced = translator.attention("w3 w1 w4 w1 w5", best)
     assert (forced.source, forced.target_in) == (maps.source, maps.target_in)
     for kind in KINDS:
         torch.testing.assert_close(forced.weights(kind), maps.weights(kind))

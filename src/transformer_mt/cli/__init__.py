@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from transformer_mt import __version__
-from transformer_mt.errors import UserError
+from transformer_mt.errors import USER_ERRORS
 
 COMMAND_MODULES = ("train", "translate", "viz")
 
@@ -52,12 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING if args.quiet else logging.INFO)
     logger.propagate = False
-    from transformer_mt.run import reuse_freed_memory
-
-    reuse_freed_memory()
     try:
         return int(args.func(args) or 0)
-    except UserError as err:
+    except USER_ERRORS as err:
         print(f"transformer-mt {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

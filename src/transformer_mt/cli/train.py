@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
-import time
 from pathlib import Path
 
 from transformer_mt.cli import positive_int
 from transformer_mt.config import load_config
+from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
-from transformer_mt.run import RunDir
+from transformer_mt.runs import RunDir
 
 log = logging.getLogger("transformer_mt")
 
@@ -66,6 +65,7 @@ def split_overrides(items: list[str]) -> list[str]:
 def run_train(args: argparse.Namespace) -> int:
     from transformer_mt.training import fit
 
+    reuse_freed_memory()
     cfg = load_config(args.config, split_overrides(args.overrides)) if args.config else None
     state = fit(cfg, args.run, progress=not args.no_progress).state
     log.info("finished at step %d after %.0f s of training", state.step, state.train_seconds)
@@ -73,22 +73,17 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_vocab(args: argparse.Namespace) -> int:
-    from transformer_mt.data.corpus import read_parallel
-    from transformer_mt.data.dataset import corpus_paths, load_or_train_tokenizer
+    from transformer_mt.training import train_vocabulary
 
     cfg = load_config(args.config, split_overrides(args.overrides))
     run = RunDir(Path(args.run))
-    if run.tokenizer.is_file():
-        raise UserError(f"{run.tokenizer}: exists already; a run keeps its vocabulary (use a new --run)")
-    run.root.mkdir(parents=True, exist_ok=True)
-    paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-    tokenizer = load_or_train_tokenizer(cfg.data, read_parallel(*paths.train), run.tokenizer, cfg.train.seed)
+    tokenizer = train_vocabulary(cfg, run)
     log.info("%s: %d pieces (%s)", run.tokenizer, len(tokenizer), cfg.data.vocab_type)
     return 0
 
 
 def run_average(args: argparse.Namespace) -> int:
-    from transformer_mt.training.checkpoint import average_checkpoints
+    from transformer_mt.runs import average_checkpoints
 
     run = RunDir(Path(args.run)).require()
     used = average_checkpoints(run, args.last)
@@ -96,37 +91,10 @@ def run_average(args: argparse.Namespace) -> int:
     return 0
 
 
-def fresh_run_dir(path: Path) -> None:
-    """The demo starts over: replace an old run directory, never some other folder."""
-    if path.exists() and any(path.iterdir()):
-        if not RunDir(path).config.is_file():
-            raise UserError(f"{path}: exists and is not a run directory; choose another --out")
-        shutil.rmtree(path)
-
-
 def run_demo(args: argparse.Namespace) -> int:
-    from transformer_mt.evaluation import score
-    from transformer_mt.training import fit
-    from transformer_mt.translator import Translator
-    from transformer_mt.data.corpus import read_parallel
+    from transformer_mt.demo import run_demo as demo
 
-    cfg = load_config("demo", split_overrides(args.overrides))
-    out = Path(args.out)
-    fresh_run_dir(out)
-    log.info("demo: English -> German number phrases, %d training pairs, run directory %s",
-             cfg.data.task_size, out)
-    start = time.perf_counter()
-    state = fit(cfg, out).state
-    log.info("trained %d steps in %.0f s (%.0f s wall)", state.step, state.train_seconds,
-             time.perf_counter() - start)
-    test = read_parallel(*(RunDir(out).data / f"test.{side}" for side in ("src", "tgt")))
-    hypotheses = Translator.from_run(out).translate(test.src)
-    scores = score(hypotheses, test.tgt, tokenize="char")
-    for src, hyp, ref in list(zip(test.src, hypotheses, test.tgt))[:5]:
-        mark = "ok " if hyp == ref else "BAD"
-        print(f"{mark} {src}\n    -> {hyp}\n    ref {ref}")
-    print(f"test exact match {100 * scores.exact_match:.1f}% on {len(test)} unseen numbers, "
-          f"BLEU {scores.bleu:.1f} ({scores.bleu_signature})")
-    print(json.dumps({"exact_match": round(scores.exact_match, 4), "bleu": round(scores.bleu, 2),
-                      "train_seconds": round(state.train_seconds, 1), "run_dir": str(out)}))
+    reuse_freed_memory()
+    result = demo(load_config("demo", split_overrides(args.overrides)), Path(args.out))
+    print(json.dumps(result))
     return 0

@@ -18,8 +18,10 @@ from typing import Iterator
 
 from transformer_mt.cli import positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
+from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
-from transformer_mt.run import CHECKPOINT_CHOICES
+from transformer_mt.files import atomic_open
+from transformer_mt.runs import CHECKPOINT_CHOICES
 
 log = logging.getLogger("transformer_mt")
 
@@ -37,6 +39,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1 ...")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="weights in float32 (default) or bfloat16")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"),
+                        help="bf16 autocast or fp32 decoding (default: the run's decode.precision, "
+                             "which training validation used too)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Translate one sentence per line: FILE to FILE with -i/-o, or stdin to stdout "
                     "line by line as lines arrive; at a terminal, an interactive prompt.",
         epilog="With --nbest N every input line gives N lines 'INDEX ||| TRANSLATION ||| SCORE' "
-               "(INDEX counts input lines from 0; SCORE is the log-probability divided by the length penalty).",
+               "(INDEX counts input lines from 0; SCORE is the log-probability divided by the length penalty). "
+               "N may not exceed --beam; without --beam the run's beam is widened to N.",
     )
     add_decoding_arguments(translate)
     translate.add_argument("-i", "--input", help="input file (UTF-8, .gz allowed; default: stdin)")
@@ -71,37 +77,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.set_defaults(func=run_evaluate)
 
 
-def load_translator(args: argparse.Namespace):
+def load_translator(args: argparse.Namespace, nbest: int = 1):
+    """The run's Translator and the decoding settings of this command (one rule for
+    beam and n-best, the server's: see `translator.decode_settings`)."""
     from transformer_mt.translator import Translator
 
     overrides = {key: value for key, value in (
-        ("beam", args.beam), ("length_penalty", args.length_penalty), ("batch_tokens", args.batch_tokens),
+        ("length_penalty", args.length_penalty), ("batch_tokens", args.batch_tokens), ("precision", args.precision),
     ) if value is not None}
-    return Translator.from_run(args.run, device=args.device, checkpoint=args.checkpoint, dtype=args.dtype,
-                               **overrides)
+    translator = Translator.from_run(args.run, device=args.device, checkpoint=args.checkpoint, dtype=args.dtype,
+                                     **overrides)
+    return translator, translator.settings(args.beam, nbest)
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail before any work when `path` cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give a file name for the output")
+    if not path.parent.is_dir():
+        raise UserError(f"{path.parent}: no such folder for the output")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"{path}: cannot be written (permission denied)")
+    return path
 
 
 def write_lines_atomic(path: str | Path, lines: list[str]) -> None:
-    """Write lines to a temporary file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    """Write lines through the atomic-write helper: all of them or none."""
     try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+        with atomic_open(path, "w", encoding="utf-8") as handle:
             handle.writelines(line + "\n" for line in lines)
-        os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise UserError(f"{path}: cannot be written ({err.strerror})") from None
 
 
-def output_lines(translator, lines: list[str], nbest: int, first_index: int = 0) -> list[str]:
+def output_lines(translator, settings, lines: list[str], nbest: int, first_index: int = 0) -> list[str]:
     """Translations of `lines`; with nbest > 1, 'INDEX ||| TEXT ||| SCORE' lines."""
+    found = translator.search(lines, settings, nbest)
     if nbest == 1:
-        return translator.translate(lines)
+        return [row[0].text for row in found]
     return [
-        f"{first_index + index} ||| {text} ||| {score:.4f}"
-        for index, found in enumerate(translator.translate_nbest(lines, nbest))
-        for text, score in found
+        f"{first_index + index} ||| {hypothesis.text} ||| {hypothesis.score:.4f}"
+        for index, row in enumerate(found)
+        for hypothesis in row
     ]
 
 
@@ -126,18 +144,18 @@ def stdin_batches(fd: int, max_lines: int = STREAM_LINES) -> Iterator[list[bytes
         yield lines[start : start + max_lines]
 
 
-def stream(translator, nbest: int) -> None:
+def stream(translator, settings, nbest: int) -> None:
     """stdin to stdout, answering each group of waiting lines before reading on."""
     number = 0
     for raw_lines in stdin_batches(sys.stdin.fileno()):
         lines = [decode_line(raw, number + i + 1) for i, raw in enumerate(raw_lines)]
-        for line in output_lines(translator, lines, nbest, number):
+        for line in output_lines(translator, settings, lines, nbest, number):
             sys.stdout.write(line + "\n")
         sys.stdout.flush()
         number += len(lines)
 
 
-def interactive(translator, nbest: int) -> None:
+def interactive(translator, settings, nbest: int) -> None:
     """A prompt at a terminal: type a sentence, get its translation; Ctrl-D ends."""
     print("Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
     number = 0
@@ -147,18 +165,21 @@ def interactive(translator, nbest: int) -> None:
         if not line:
             print(file=sys.stderr)
             return
-        for out in output_lines(translator, [line.rstrip("\r\n")], nbest, number):
+        for out in output_lines(translator, settings, [line.rstrip("\r\n")], nbest, number):
             print(out, flush=True)
         number += 1
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    translator = load_translator(args)
+    if args.output is not None:
+        check_writable(args.output)
+    reuse_freed_memory()
+    translator, settings = load_translator(args, args.nbest)
     if args.input is None and args.output is None:
         if sys.stdin.isatty():
-            interactive(translator, args.nbest)
+            interactive(translator, settings, args.nbest)
         else:
-            stream(translator, args.nbest)
+            stream(translator, settings, args.nbest)
         return 0
     if args.input is not None:
         lines = read_lines(args.input)
@@ -166,7 +187,7 @@ def run_translate(args: argparse.Namespace) -> int:
         lines = [decode_line(raw, n) for n, raw in enumerate(sys.stdin.buffer.read().split(b"\n"), start=1)]
         lines = lines[:-1] if lines and lines[-1] == "" else lines
     start = time.perf_counter()
-    outputs = output_lines(translator, lines, args.nbest)
+    outputs = output_lines(translator, settings, lines, args.nbest)
     seconds = time.perf_counter() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", len(lines), seconds, len(lines) / max(seconds, 1e-9))
     if args.output is None:
@@ -186,9 +207,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
                         "line N of --ref must translate line N of --src")
     if not sources:
         raise UserError(f"{args.src}: the file is empty")
-    translator = load_translator(args)
+    if args.hyp:
+        check_writable(args.hyp)
+    reuse_freed_memory()
+    translator, settings = load_translator(args)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources)
+    hypotheses = [row[0].text for row in translator.search(sources, settings)]
     seconds = time.perf_counter() - start
     if args.hyp:
         write_lines_atomic(args.hyp, hypotheses)
@@ -197,9 +221,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"chrF = {scores.chrf:.2f}  {scores.chrf_signature}")
     if scores.bleu_lc_tok is not None:
         print(f"BLEU (lowercased, 13a-tokenized) = {scores.bleu_lc_tok:.2f}")
-    log.info("%d sentences, beam %d, %s checkpoint, %.1f s", len(sources), translator.decode_cfg.beam,
-             args.checkpoint, seconds)
+    log.info("%d sentences, beam %d, %s precision, %s checkpoint, %.1f s", len(sources), settings.beam,
+             settings.precision, args.checkpoint, seconds)
     if args.json:
-        print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": translator.decode_cfg.beam,
+        print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": settings.beam,
                           "checkpoint": args.checkpoint, "seconds": round(seconds, 2)}))
     return 0

@@ -91,36 +91,8 @@ def plot_encodings(args: argparse.Namespace) -> int:
     return _written(save_figure(encodings_figure(args.d_model, args.positions), out))
 
 
-def mask_batch(run: str | None, size: int):
-    """A PieceBatch: `size` sentences of the run's validation (or training) source as its
-    subwords, or without a run, number phrases split into words."""
-    from transformer_mt.viz import PieceBatch
-
-    if run is None:
-        from transformer_mt.data.tasks import number_pair
-
-        numbers = (7, 342, 90018, 21, 600, 1999, 55, 4)
-        return PieceBatch([number_pair(n)[0].split() + ["</s>"] for n in (numbers * size)[:size]])
-    from transformer_mt.config import load_config
-    from transformer_mt.data.corpus import read_lines
-    from transformer_mt.data.tokenizer import Tokenizer
-    from transformer_mt.run import RunDir
-
-    run_dir = RunDir(Path(run)).require()
-    cfg = load_config(run_dir.config)
-    candidates = [run_dir.data / "valid.src", run_dir.data / "train.src"]
-    candidates += [Path(p) for p in (cfg.data.valid_src, cfg.data.train_src) if p]
-    source = next((p for p in candidates if p.is_file()), None)
-    if source is None:
-        raise UserError(f"{run}: no source text found (looked for {', '.join(map(str, candidates))}; "
-                        "relative paths of config.yaml count from the current folder)")
-    lines = [line for line in read_lines(source)[: 50 * size] if line.strip()][:size]
-    tokenizer = Tokenizer.load(run_dir.tokenizer)
-    return PieceBatch([tokenizer.pieces(line)[:40] + ["</s>"] for line in lines])
-
-
 def plot_masks(args: argparse.Namespace) -> int:
-    from transformer_mt.viz import masks_figure, save_figure
+    from transformer_mt.viz import mask_batch, masks_figure, save_figure
     from transformer_mt.viz.figure import check_output
 
     out = check_output(args.out)
@@ -181,7 +153,7 @@ def plot_attention(args: argparse.Namespace) -> int:
     out = check_output(args.out)
     kinds = list(KINDS) if args.kind == "all" else [args.kind]
     overrides = {"beam": args.beam} if args.beam else {}
-    maps = attention_maps(Translator.from_run(args.run, device=args.device, **overrides), args.sentence)
+    maps = attention_maps(Translator.from_run(args.run, device=args.device), args.sentence, **overrides)
     if args.layer is not None:
         maps.check_layer_head(args.layer, args.head)
     log.info("translation: %s", maps.translation)

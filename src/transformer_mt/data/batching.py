@@ -15,23 +15,21 @@ import numpy as np
 import torch
 
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer_mt.model.masks import padding_mask
 
 
 @dataclass
 class Batch:
-    """src (B, S) ids + eos; tgt_in (B, T) bos + ids; tgt_out (B, T) ids + eos;
-    src_mask (B, 1, 1, S); n_tokens: real target tokens (what the loss is divided by)."""
+    """src (B, S) ids + eos; tgt_in (B, T) bos + ids; tgt_out (B, T) ids + eos, all
+    padded with PAD_ID; n_tokens: real target tokens (what the loss is divided by)."""
 
     src: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
-    src_mask: torch.Tensor
     n_tokens: int
 
     def to(self, device: torch.device) -> "Batch":
         move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
-        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), move(self.src_mask), self.n_tokens)
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.n_tokens)
 
 
 def pad_sequences(seqs: list[list[int]], pad_id: int = PAD_ID) -> torch.Tensor:
@@ -47,7 +45,7 @@ def collate(src: list[list[int]], tgt: list[list[int]]) -> Batch:
     source = pad_sequences([s + [EOS_ID] for s in src])
     tgt_out = pad_sequences([t + [EOS_ID] for t in tgt])
     tgt_in = pad_sequences([[BOS_ID] + t for t in tgt])
-    return Batch(source, tgt_in, tgt_out, padding_mask(source, PAD_ID), int((tgt_out != PAD_ID).sum()))
+    return Batch(source, tgt_in, tgt_out, int((tgt_out != PAD_ID).sum()))
 
 
 def batch_indices(

@@ -45,6 +45,8 @@ def decode_line(raw: bytes, number: int, name: str = "<stdin>") -> str:
 def read_lines(path: str | Path) -> list[str]:
     """All lines of a UTF-8 text file (`.gz` is decompressed), without line endings."""
     path = Path(path)
+    if path.is_dir():
+        raise CorpusError(f"{path}: is a folder; give the file with one sentence per line")
     if not path.is_file():
         raise CorpusError(f"{path}: no such file")
     opener = gzip.open if path.suffix == ".gz" else open
@@ -69,6 +71,9 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Corpus:
                           "line N of the source must translate line N of the target")
     keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if s.strip() and t.strip()]
     skipped = len(src) - len(keep)
+    if not keep:
+        raise CorpusError(f"{src_path} / {tgt_path}: every one of the {len(src)} pairs has an empty or "
+                          "whitespace-only side; nothing is left to learn from")
     if skipped:
         log.warning("%s / %s: skipped %d pair(s) with an empty side", src_path, tgt_path, skipped)
     return Corpus([src[i] for i in keep], [tgt[i] for i in keep], skipped)

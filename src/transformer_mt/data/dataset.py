@@ -2,8 +2,9 @@
 built-in task), the joint tokenizer, and encoded, filtered training pairs.
 
 Only training data is filtered (pairs longer than data.max_len subwords or with a
-length ratio above data.max_len_ratio are dropped and counted); validation and test
-data are used as they are."""
+length ratio above data.max_len_ratio are dropped and counted); validation pairs are all
+kept, and those longer than the model's positional table allows are truncated to it
+with a warning that counts them (as `translate` truncates long inputs)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer_mt.config import ConfigError, DataConfig
+from transformer_mt.config import TASK_NAMES, ConfigError, DataConfig
 from transformer_mt.data.corpus import Corpus, CorpusError, read_parallel
 from transformer_mt.data.tasks import task_paths, write_task
 from transformer_mt.data.tokenizer import Tokenizer
@@ -54,6 +55,8 @@ def corpus_paths(cfg: DataConfig, task_dir: Path, seed: int) -> CorpusPaths:
     """The files to read. A built-in task (data.task) is generated into `task_dir`
     once; later calls (resume, other DDP ranks) reuse the files written there."""
     if cfg.task:
+        if cfg.task not in TASK_NAMES:
+            raise ConfigError(f"data.task: must be '' or one of {', '.join(TASK_NAMES)}")
         paths = task_paths(task_dir)
         if not all(p.is_file() for pair in paths.values() for p in pair):
             paths = write_task(cfg.task, task_dir, cfg.task_size, seed)
@@ -85,8 +88,20 @@ def filter_pairs(
     return [src[i] for i in keep], [tgt[i] for i in keep], len(src) - len(keep)
 
 
-def encode_data(cfg: DataConfig, paths: CorpusPaths, tokenizer: Tokenizer, train_text: Corpus) -> EncodedData:
-    """Encode the training pairs (then filter them) and the validation pairs."""
+def truncate_long(seqs: list[list[int]], longest: int, name: str) -> list[list[int]]:
+    """Cut sequences to `longest` ids, with one warning that counts the cut ones."""
+    cut = sum(len(seq) > longest for seq in seqs)
+    if cut:
+        log.warning("%s: %d line(s) longer than %d subwords (model.max_positions - 1) truncated for validation",
+                    name, cut, longest)
+    return [seq[:longest] for seq in seqs]
+
+
+def encode_data(
+    cfg: DataConfig, paths: CorpusPaths, tokenizer: Tokenizer, train_text: Corpus, max_positions: int
+) -> EncodedData:
+    """Encode the training pairs (then filter them) and the validation pairs (each side
+    cut to max_positions - 1 subwords, the room left by eos or bos)."""
     train_src, train_tgt, dropped = filter_pairs(
         tokenizer.encode(train_text.src), tokenizer.encode(train_text.tgt), cfg.max_len, cfg.max_len_ratio
     )
@@ -97,6 +112,7 @@ def encode_data(cfg: DataConfig, paths: CorpusPaths, tokenizer: Tokenizer, train
         log.warning("dropped %d training pair(s) longer than %d subwords or with a length ratio above %g",
                     dropped, cfg.max_len, cfg.max_len_ratio)
     valid = read_parallel(*paths.valid) if paths.valid else None
-    valid_src = tokenizer.encode(valid.src) if valid else []
-    valid_tgt = tokenizer.encode(valid.tgt) if valid else []
+    longest = max_positions - 1
+    valid_src = truncate_long(tokenizer.encode(valid.src), longest, str(paths.valid[0])) if valid else []
+    valid_tgt = truncate_long(tokenizer.encode(valid.tgt), longest, str(paths.valid[1])) if valid else []
     return EncodedData(train_src, train_tgt, valid_src, valid_tgt, valid, dropped)

@@ -13,11 +13,12 @@ Both are written as plain parallel text files, the format real corpora use."""
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 from num2words import num2words
+
+from transformer_mt.files import atomic_write_text
 
 SPLITS = ("train", "valid", "test")
 Pairs = list[tuple[str, str]]
@@ -75,14 +76,7 @@ def copy_task(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) ->
     return _split([(line, line) for line in lines], size)
 
 
-TASKS = {"numbers": numbers_task, "copy": copy_task}
-
-
-def _write_lines(path: Path, lines: list[str]) -> None:
-    """Write atomically: a crash never leaves a half-written corpus file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
+TASKS = {"numbers": numbers_task, "copy": copy_task}  # names listed in config.TASK_NAMES too
 
 
 def task_paths(directory: str | Path) -> dict[str, tuple[Path, Path]]:
@@ -100,6 +94,6 @@ def write_task(name: str, directory: str | Path, size: int, seed: int = 1) -> di
     Path(directory).mkdir(parents=True, exist_ok=True)
     for split, pairs in splits.items():
         src_path, tgt_path = paths[split]
-        _write_lines(src_path, [src for src, _ in pairs])
-        _write_lines(tgt_path, [tgt for _, tgt in pairs])
+        atomic_write_text(src_path, "".join(src + "\n" for src, _ in pairs))
+        atomic_write_text(tgt_path, "".join(tgt + "\n" for _, tgt in pairs))
     return paths

@@ -15,6 +15,7 @@ from typing import Iterable
 import sentencepiece as spm
 
 from transformer_mt.errors import UserError
+from transformer_mt.files import atomic_path
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})  # never part of a translation's text
@@ -58,22 +59,14 @@ class Tokenizer:
         spm.set_random_generator_seed(seed)
         with tempfile.TemporaryDirectory(dir=path.parent, prefix=".spm-") as tmp:
             prefix = os.path.join(tmp, "sp")
-            spm.SentencePieceTrainer.Train(
-                sentence_iterator=iter(sentences),
-                model_prefix=prefix,
-                vocab_size=vocab_size,
-                model_type=model_type,
-                character_coverage=1.0,
-                split_by_number=False,  # 'w1', '1990' may become one piece
-                hard_vocab_limit=False,
-                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
-                shuffle_input_sentence=False,
-                num_threads=os.cpu_count() or 1,
-                minloglevel=2,
-            )
-            os.replace(prefix + ".vocab", path.with_suffix(".vocab"))
-            os.replace(prefix + ".model", path)
+            try:
+                _train_sentencepiece(sentences, prefix, vocab_size, model_type)
+            except RuntimeError as err:
+                raise UserError(f"{path}: sentencepiece could not train a vocabulary on this text "
+                                f"({str(err).strip().splitlines()[-1]})") from None
+            for suffix, final in ((".vocab", path.with_suffix(".vocab")), (".model", path)):
+                with atomic_path(final) as out:
+                    os.replace(prefix + suffix, out)
         return cls.load(path)
 
     def __len__(self) -> int:
@@ -93,3 +86,21 @@ class Tokenizer:
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.sp.IdToPiece(i) for i in ids]
+
+
+def _train_sentencepiece(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str) -> None:
+    """sentencepiece training with the special ids every model of this package relies on."""
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(sentences),
+        model_prefix=prefix,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        split_by_number=False,  # 'w1', '1990' may become one piece
+        hard_vocab_limit=False,
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+        shuffle_input_sentence=False,
+        num_threads=os.cpu_count() or 1,
+        minloglevel=2,
+    )

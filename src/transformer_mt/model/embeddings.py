@@ -58,6 +58,6 @@ class PositionalEncoding(nn.Module):
         if offset + length > self.pe.size(0):
             raise ValueError(
                 f"sequence of {offset + length} positions is longer than the model's "
-                f"maximum of {self.pe.size(0)} (model.max_len)"
+                f"maximum of {self.pe.size(0)} (model.max_positions)"
             )
         return self.dropout(x + self.pe[offset : offset + length].to(x.dtype))

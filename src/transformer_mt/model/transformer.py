@@ -112,7 +112,7 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         src_embed,
         tgt_embed,
         generator,
-        PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_len),
+        PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions),
     )
     initialize(model)
     if cfg.tie_embeddings:
@@ -121,11 +121,17 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
 
 
 def initialize(model: nn.Module) -> None:
-    """Xavier-uniform for every matrix (W^Q, W^K, W^V each on its own), zero biases."""
+    """Xavier-uniform for every matrix, zero biases. In attention, W^Q, W^K and W^V are
+    each initialised as the d_model x d_model matrix the paper describes, though they are
+    stored stacked in one (3 d_model, d_model) `in_proj`: its rows then have the spread
+    of a d x d matrix (std sqrt(1 / d_model)), not of one 3d x d matrix (sqrt(1 / 2 d_model))."""
+    attention_parts = set()
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.reset_parameters()
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            attention_parts.update((id(module.in_proj), id(module.out_proj)))
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)) and id(module) not in attention_parts:
             nn.init.xavier_uniform_(module.weight)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)

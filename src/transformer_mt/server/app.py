@@ -38,14 +38,16 @@ class TranslateRequest(BaseModel):
 
     text: str | None = Field(None, description="one sentence per line; blank lines are skipped")
     sentences: list[str] | None = Field(None, description="sentences, translated in order")
-    beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam")
-    nbest: int = Field(1, ge=1, description="hypotheses returned per sentence (<= beam)")
+    beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam, "
+                             "widened to nbest when that is larger")
+    nbest: int = Field(1, ge=1, description="hypotheses returned per sentence (<= beam when beam is given)")
     attention: bool = Field(False, description="also return the cross-attention of each sentence")
 
 
 class HypothesisOut(BaseModel):
     text: str
-    score: float = Field(description="log-probability divided by the length penalty")
+    score: float = Field(description="log-probability divided by the length penalty "
+                               "((5 + |Y|) / 6) ** alpha, |Y| counting eos; the same for every beam size")
 
 
 class AttentionOut(BaseModel):
@@ -124,8 +126,7 @@ def create_app(service: TranslationService) -> FastAPI:
                          422: {"description": "invalid request (message in 'error')"}})
     def translate(request: TranslateRequest) -> dict[str, Any]:
         sentences = request_sentences(request, limits)
-        beam = request.beam or min(service.translator.decode_cfg.beam, limits.max_beam)
-        return service.translate(sentences, beam, request.nbest, request.attention)
+        return service.translate(sentences, request.beam, request.nbest, request.attention)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from transformer_mt.config import ConfigError
 from transformer_mt.errors import UserError
 
 Scope = dict[str, Any]
@@ -91,7 +92,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": _validation_message(err)}, status_code=422)
 
     @app.exception_handler(UserError)
-    async def user_error(_: Request, err: UserError) -> JSONResponse:
+    @app.exception_handler(ConfigError)
+    async def user_error(_: Request, err: ValueError) -> JSONResponse:
         return JSONResponse({"error": str(err)}, status_code=422)
 
     @app.exception_handler(TooLarge)

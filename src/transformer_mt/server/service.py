@@ -1,8 +1,9 @@
 """The work behind the web API: one Translator shared by every request.
 
 Requests run in a thread pool; a lock makes each translation (and the attention pass,
-which switches the model's `store_attention` flag) run alone on the model, so concurrent
-requests never see each other's settings or weights.
+which switches the model's `store_attention` flag) run alone on the model. Decoding
+settings are arguments of each `Translator.search` call, never state on the shared
+translator, so concurrent requests cannot see each other's beam.
 
 Requests that wait for the model are batched: a request queues its sentences, then
 takes the lock; whoever holds it translates every queued request with the same beam and
@@ -16,10 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from transformer_mt.config import replace
+from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
-from transformer_mt.translator import Translator
-from transformer_mt.viz.attention import AttentionMaps, forced_attention
+from transformer_mt.translator import AttentionMaps, Hypothesis, Translator, check_line, has_text
 
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
 MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests
@@ -37,20 +37,12 @@ class Limits:
         return {"max_chars": self.max_chars, "max_sentences": self.max_sentences, "max_beam": self.max_beam}
 
 
-@dataclass(frozen=True)
-class Hypothesis:
-    """One translation of a sentence and its score (log-probability / length penalty)."""
-
-    text: str
-    score: float
-
-
 @dataclass(eq=False)
 class Job:
     """The sentences of one request, waiting for the model."""
 
     sentences: list[str]
-    beam: int
+    settings: DecodeConfig
     nbest: int
     hypotheses: list[list[Hypothesis]] | None = None
     error: BaseException | None = None
@@ -80,29 +72,18 @@ class TranslationService:
             "n_heads": model.encoder.layers[0].self_attn.n_heads,
             "d_model": model.encoder.layers[0].self_attn.d_model,
             "vocab_size": len(self.translator.tokenizer),
-            "default_beam": self.translator.decode_cfg.beam,
+            "default_beam": min(self.translator.defaults.beam, self.limits.max_beam),
             "limits": self.limits.as_dict(),
             "requests": self.requests,
             "batches": self.batches,
         }
-
-    def _nbest(self, sentences: list[str], beam: int, nbest: int) -> list[list[Hypothesis]]:
-        """`nbest` hypotheses per sentence with beam size `beam` (caller holds the lock)."""
-        translator = self.translator
-        saved = translator.decode_cfg
-        translator.decode_cfg = replace(saved, beam=beam)
-        try:
-            found = translator.translate_nbest(sentences, nbest)
-        finally:
-            translator.decode_cfg = saved
-        return [[Hypothesis(text, score) for text, score in row] for row in found]
 
     def _take_group(self, job: Job) -> list[Job]:
         """`job` and the queued jobs that can share its decoding call, off the queue."""
         with self.queue_lock:
             group, size = [], 0
             for other in self.queue:
-                same = (other.beam, other.nbest) == (job.beam, job.nbest)
+                same = (other.settings, other.nbest) == (job.settings, job.nbest)
                 if other is job or (same and size + len(other.sentences) <= MAX_GROUP_SENTENCES):
                     group.append(other)
                     size += len(other.sentences)
@@ -114,7 +95,8 @@ class TranslationService:
         that fails, each job alone, so one bad request cannot fail the others."""
         self.batches += 1
         try:
-            hypotheses = self._nbest([s for job in group for s in job.sentences], group[0].beam, group[0].nbest)
+            sentences = [s for job in group for s in job.sentences]
+            hypotheses = self.translator.search(sentences, group[0].settings, group[0].nbest)
         except Exception as err:
             if len(group) == 1:
                 group[0].error = err
@@ -127,19 +109,28 @@ class TranslationService:
             job.hypotheses = hypotheses[start : start + len(job.sentences)]
             start += len(job.sentences)
 
-    def _attention(self, sentence: str, translation: str) -> AttentionMaps | None:
-        if not sentence.strip():
+    def _attention(self, sentence: str, best: Hypothesis, settings: DecodeConfig) -> AttentionMaps | None:
+        if not best.ids:
             return None
-        return forced_attention(self.translator, sentence, translation)
+        return self.translator.attention(sentence, best, settings)
 
-    def translate(self, sentences: list[str], beam: int, nbest: int, attention: bool) -> dict[str, Any]:
-        """The API's answer for `sentences` (see server/app.py for its fields)."""
-        if beam > self.limits.max_beam:
+    def settings(self, beam: int | None, nbest: int) -> DecodeConfig:
+        """The decoding settings of a request: the run's, with `beam` when given (else the
+        run's beam widened to `nbest`, within the server's limit)."""
+        if beam is not None and beam > self.limits.max_beam:
             raise UserError(f"beam must be at most {self.limits.max_beam}, got {beam}")
-        if nbest > beam:
-            raise UserError(f"nbest ({nbest}) cannot exceed beam ({beam})")
+        if beam is None:
+            beam = min(max(self.translator.defaults.beam, nbest), self.limits.max_beam)
+        return self.translator.settings(beam, nbest)
+
+    def translate(self, sentences: list[str], beam: int | None, nbest: int, attention: bool) -> dict[str, Any]:
+        """The API's answer for `sentences` (see server/app.py for its fields); `beam`
+        None means the run's default."""
+        for number, sentence in enumerate(sentences, start=1):
+            check_line(sentence, number)
+        settings = self.settings(beam, nbest)
         start = time.perf_counter()
-        job = Job(sentences, beam, nbest)
+        job = Job(sentences, settings, nbest)
         with self.queue_lock:
             self.queue.append(job)
         with self.lock:
@@ -149,7 +140,7 @@ class TranslationService:
             if job.error is not None:
                 raise job.error
             hypotheses = job.hypotheses
-            maps = [self._attention(s, h[0].text) if attention else None for s, h in zip(sentences, hypotheses)]
+            maps = [self._attention(s, h[0], settings) if attention else None for s, h in zip(sentences, hypotheses)]
         tokenizer = self.translator.tokenizer
         results = []
         for sentence, hyps, found in zip(sentences, hypotheses, maps):
@@ -157,8 +148,8 @@ class TranslationService:
                 "source": sentence,
                 "translation": hyps[0].text,
                 "nbest": [{"text": h.text, "score": h.score} for h in hyps],
-                "source_tokens": tokenizer.pieces(sentence) if sentence.strip() else [],
-                "target_tokens": tokenizer.pieces(hyps[0].text) if hyps[0].text.strip() else [],
+                "source_tokens": tokenizer.pieces(sentence) if has_text(sentence) else [],
+                "target_tokens": hyps[0].tokens,
             }
             if attention:
                 result["attention"] = attention_payload(found)
@@ -166,7 +157,7 @@ class TranslationService:
         return {
             "translations": [r["translation"] for r in results],
             "results": results,
-            "beam": beam,
+            "beam": settings.beam,
             "nbest": nbest,
             "elapsed_ms": round(1000 * (time.perf_counter() - start), 2),
         }

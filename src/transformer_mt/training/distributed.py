@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from transformer_mt.run import resolve_device
+from transformer_mt.device import resolve_device
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ validation with BLEU, early stopping and checkpoints that resume exactly."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import time
@@ -20,14 +21,19 @@ from transformer_mt.config import Config
 from transformer_mt.data.batching import Batch, BatchStream
 from transformer_mt.data.dataset import EncodedData
 from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
+from transformer_mt.device import autocast, resolve_precision
+from transformer_mt.errors import TrainingDiverged
 from transformer_mt.evaluation import perplexity, score
+from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.run import RunDir, resolve_precision
-from transformer_mt.training.checkpoint import (
-    atomic_torch_save, list_checkpoints, load_checkpoint, prune_checkpoints, save_weights,
+from transformer_mt.runs import (
+    RunDir, drop_metrics_after, latest_checkpoint, load_model_state, prune_checkpoints, save_checkpoint, save_weights,
 )
 from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.schedule import make_optimizer, make_scheduler
+from transformer_mt.translator import Translator
+
+log = logging.getLogger("transformer_mt")
 
 
 @dataclass
@@ -77,7 +83,7 @@ def token_logits(model: EncoderDecoder, forward: nn.Module, batch: Batch) -> tup
     """Teacher forcing: the logits (N, V) and reference ids (N,) of the batch's N real
     target tokens. `forward` is the model or its DDP wrapper. Padding positions never reach
     the generator, whose V-wide projection is the largest matrix product of a small model."""
-    states = forward(batch.src, batch.tgt_in, batch.src_mask)  # (B, T, d_model)
+    states = forward(batch.src, batch.tgt_in, padding_mask(batch.src, PAD_ID))  # (B, T, d_model)
     real = batch.tgt_out != PAD_ID
     return model.generator.logits(states[real]), batch.tgt_out[real]
 
@@ -126,9 +132,7 @@ class Trainer:
 
     # ---- one optimizer step -------------------------------------------------------
     def autocast(self):
-        if self.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return nullcontext()
+        return autocast(self.device, self.precision)
 
     def train_step(self) -> dict[str, float]:
         """Forward/backward `accumulate` batches, then one Adam step. The loss is summed
@@ -172,14 +176,13 @@ class Trainer:
         return total / max(tokens, 1)
 
     def validate(self) -> dict[str, float]:
-        from transformer_mt.translator import Translator
-
+        """Validation loss (teacher forcing, in the training precision) and BLEU/chrF of
+        the decoded validation set: decoded by the same Translator call, with the same
+        settings (decode.*, decode.precision included), as `evaluate` decodes it."""
         if self.data.valid is None:
             return {}
         loss = self.validation_loss()
-        translator = Translator(self.model, self.tokenizer, self.cfg.decode, self.device)
-        with self.autocast():
-            hypotheses = translator.translate(self.data.valid.src)
+        hypotheses = Translator(self.model, self.tokenizer, self.cfg.decode, self.device).translate(self.data.valid.src)
         scores = score(hypotheses, self.data.valid.tgt)
         self.model.train()
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), "bleu": scores.bleu,
@@ -205,7 +208,8 @@ class Trainer:
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(self.run.tensorboard))
+            # events after the step a resumed run starts from are superseded, not doubled
+            self._writer = SummaryWriter(str(self.run.tensorboard), purge_step=self.state.step + 1)
         for key, value in event.items():
             if key not in ("step", "event") and isinstance(value, (int, float)):
                 self._writer.add_scalar(f"{event['event']}/{key}", value, event["step"])
@@ -225,21 +229,35 @@ class Trainer:
         if self.rank != 0:
             return
         path = self.run.checkpoints / f"step_{self.state.step}.pt"
-        atomic_torch_save(self.checkpoint_state(), path)
+        save_checkpoint(self.checkpoint_state(), path)
         prune_checkpoints(self.run.checkpoints, self.cfg.train.keep_last)
 
+    def check_finite(self, loss: float) -> None:
+        """Stop with TrainingDiverged when the loss or a weight is NaN or infinite; called
+        before anything of the step is logged or saved, so the newest checkpoint stays
+        the last good one and a resume starts from it."""
+        bad = not math.isfinite(loss) or not all(bool(p.isfinite().all()) for p in self.model.parameters())
+        if bad:
+            what = f"the loss became {loss}" if not math.isfinite(loss) else "a weight became NaN or infinite"
+            raise TrainingDiverged(
+                f"{what} at step {self.state.step}; nothing of that step was saved. Lower train.lr_scale "
+                f"(now {self.cfg.train.lr_scale:g}) or set train.clip_norm (e.g. 1.0), then resume or restart")
+
     def resume(self) -> bool:
-        """Continue from the newest checkpoint of the run, if there is one."""
-        found = list_checkpoints(self.run.checkpoints)
-        if not found:
+        """Continue from the newest readable checkpoint of the run, if there is one;
+        metrics logged after it (by the run that crashed) are dropped."""
+        found = latest_checkpoint(self.run.checkpoints)
+        if found is None:
             return False
-        state = load_checkpoint(found[-1])
-        self.model.load_state_dict(state["model"])
+        path, state = found
+        load_model_state(self.model, state["model"], path, self.run.config)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.batches.load_state_dict(state["batches"])
         self.state = TrainState(**state["trainer"])
         set_rng_state(state["rng"])
+        if self.rank == 0:
+            drop_metrics_after(self.run.metrics, self.state.step)
         return True
 
     # ---- the loop -----------------------------------------------------------------
@@ -277,6 +295,8 @@ class Trainer:
             stats = self.train_step()
             self.state.train_seconds += time.perf_counter() - start
             self.state.step += 1
+            if not math.isfinite(stats["loss"]) or self.state.step % t.valid_every == 0:
+                self.check_finite(stats["loss"])
             window_tokens += stats["tokens"]
             bar.update(1)
             if self.state.step % t.log_every == 0 or self.state.step == 1:
@@ -290,10 +310,8 @@ class Trainer:
                 self._end_of_interval()
                 last_interval = self.state.step
                 window_start = time.perf_counter()
-            if not math.isfinite(stats["loss"]):
-                raise FloatingPointError(f"loss became {stats['loss']} at step {self.state.step}; "
-                                         "lower train.lr_scale or enable train.clip_norm")
         if self.state.step != last_interval:
+            self.check_finite(stats["loss"])
             self._end_of_interval()
         bar.close()
         if self._writer is not None:

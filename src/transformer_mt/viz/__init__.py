@@ -9,13 +9,13 @@ from transformer_mt.viz.attention import (
     attention_grid_figure,
     attention_head_figure,
     attention_maps,
-    forced_attention,
 )
 from transformer_mt.viz.curves import curves_figure, read_metrics
 from transformer_mt.viz.figure import DPI, new_figure, pixel_size, save_figure
 from transformer_mt.viz.mechanisms import (
     PieceBatch,
     encodings_figure,
+    mask_batch,
     masks_figure,
     schedule_figure,
     smoothing_figure,
@@ -23,6 +23,6 @@ from transformer_mt.viz.mechanisms import (
 
 __all__ = [
     "DPI", "KINDS", "AttentionMaps", "PieceBatch", "attention_grid_figure", "attention_head_figure",
-    "attention_maps", "curves_figure", "forced_attention", "encodings_figure", "masks_figure", "new_figure", "pixel_size",
+    "attention_maps", "curves_figure", "encodings_figure", "mask_batch", "masks_figure", "new_figure", "pixel_size",
     "read_metrics", "save_figure", "schedule_figure", "smoothing_figure",
 ]

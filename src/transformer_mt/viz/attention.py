@@ -1,26 +1,22 @@
-"""Where every head looks: attention weights of one sentence, and their figures.
+"""Where every head looks: figures of the attention weights of one sentence.
 
-`attention_maps` asks the Translator (which translates the sentence, then runs one
+`attention_maps` asks the Translator, which translates the sentence, then runs one
 teacher-forced pass with `store_attention` on, so every MultiHeadAttention keeps its
-weights); `forced_attention` does that pass along a translation already found. Either
-gives encoder self-attention, decoder self-attention and cross-attention for every layer
-and head. Rows are queries, columns are keys, and every row sums to 1.
+weights: encoder self-attention, decoder self-attention and cross-attention for every
+layer and head. Rows are queries, columns are keys, and every row sums to 1.
 
 Layers and heads are numbered from 1 in figures, the CLI and the web page."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_mt.errors import UserError
-from transformer_mt.translator import Translator
+from transformer_mt.translator import ATTENTION_KINDS as KINDS
+from transformer_mt.translator import AttentionMaps, Translator
 from transformer_mt.viz.figure import new_figure
 
-KINDS = ("encoder", "decoder", "cross")
 TITLES = {
     "encoder": "Encoder self-attention",
     "decoder": "Decoder self-attention (masked)",
@@ -28,64 +24,10 @@ TITLES = {
 }
 
 
-@dataclass(frozen=True)
-class AttentionMaps:
-    """Attention of one sentence pair. S = source subwords + eos, T = output subwords
-    (+ eos when the translation finished).
-
-    encoder (L, H, S, S), decoder (L, H, T, T), cross (L, H, T, S). The decoder query at
-    position t reads `target_in[t]` and produces `target[t]`."""
-
-    source: list[str]
-    target_in: list[str]
-    target: list[str]
-    translation: str
-    encoder: torch.Tensor
-    decoder: torch.Tensor
-    cross: torch.Tensor
-
-    @property
-    def n_layers(self) -> int:
-        return self.encoder.size(0)
-
-    @property
-    def n_heads(self) -> int:
-        return self.encoder.size(1)
-
-    def weights(self, kind: str) -> torch.Tensor:
-        """(L, H, rows, columns) of `kind`: encoder, decoder or cross."""
-        if kind not in KINDS:
-            raise UserError(f"attention kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        return getattr(self, kind)
-
-    def labels(self, kind: str) -> tuple[list[str], list[str], str, str]:
-        """(row labels, column labels, row axis name, column axis name) of `kind`."""
-        if kind == "encoder":
-            return self.source, self.source, "source subword (query)", "source subword (key)"
-        if kind == "decoder":
-            return self.target_in, self.target_in, "decoder input (query)", "decoder input (key)"
-        return self.target, self.source, "producing target subword", "source subword"
-
-    def check_layer_head(self, layer: int, head: int) -> None:
-        """UserError unless 1 <= layer <= L and 1 <= head <= H."""
-        if not 1 <= layer <= self.n_layers:
-            raise UserError(f"--layer must be between 1 and {self.n_layers}, got {layer}")
-        if not 1 <= head <= self.n_heads:
-            raise UserError(f"--head must be between 1 and {self.n_heads}, got {head}")
-
-
-def attention_maps(translator: Translator, sentence: str) -> AttentionMaps:
+def attention_maps(translator: Translator, sentence: str, **settings: object) -> AttentionMaps:
     """Attention weights of `sentence` and its translation with the translator's own
-    decoding settings (`Translator.attention`)."""
-    return AttentionMaps(**translator.attention(sentence))
-
-
-def forced_attention(translator: Translator, sentence: str, translation: str) -> AttentionMaps:
-    """Attention weights with the decoder forced along `translation` (for example one
-    already found by a batched beam search), so the weights explain exactly that text
-    without decoding the sentence again. Not thread-safe: it switches the shared model's
-    `store_attention` (the server calls it under its model lock)."""
-    return AttentionMaps(**translator.attention(sentence, translation))
+    decoding settings changed by `settings` (beam=..., see `Translator.attention`)."""
+    return translator.attention(sentence, settings=translator.settings(**settings))
 
 
 def _heatmap(ax: Axes, weights: torch.Tensor, rows: list[str], cols: list[str], fontsize: float) -> object:

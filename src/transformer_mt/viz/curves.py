@@ -12,7 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from transformer_mt.errors import UserError
-from transformer_mt.run import RunDir
+from transformer_mt.runs import RunDir
 from transformer_mt.viz.figure import new_figure
 
 

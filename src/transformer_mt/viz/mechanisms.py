@@ -4,6 +4,7 @@ positional encodings, attention masks, the learning-rate schedule and label smoo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -12,9 +13,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from transformer_mt.data.corpus import read_lines
+from transformer_mt.data.tasks import number_pair
+from transformer_mt.errors import UserError
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.masks import padding_mask, subsequent_mask
 from transformer_mt.training.loss import smoothed_distribution
+from transformer_mt.runs import RunDir
 from transformer_mt.training.schedule import rate
 from transformer_mt.viz.figure import new_figure
 
@@ -60,6 +65,25 @@ class PieceBatch:
     def ids(self) -> torch.Tensor:
         """(B, S): 1 for a real piece, 0 for padding (enough for `padding_mask`)."""
         return torch.tensor([[int(p != PAD_PIECE) for p in row] for row in self.padded()])
+
+
+def mask_batch(run: str | Path | None, size: int) -> PieceBatch:
+    """`size` sentences of a run's validation (or training) source as its subwords, or
+    without a run, number phrases split into words."""
+    if run is None:
+        numbers = (7, 342, 90018, 21, 600, 1999, 55, 4)
+        return PieceBatch([number_pair(n)[0].split() + ["</s>"] for n in (numbers * size)[:size]])
+    run_dir = RunDir(Path(run)).require()
+    cfg = run_dir.read_config()
+    candidates = [run_dir.data / "valid.src", run_dir.data / "train.src"]
+    candidates += [Path(p) for p in (cfg.data.valid_src, cfg.data.train_src) if p]
+    source = next((p for p in candidates if p.is_file()), None)
+    if source is None:
+        raise UserError(f"{run}: no source text found (looked for {', '.join(map(str, candidates))}; "
+                        "relative paths of config.yaml count from the current folder)")
+    lines = [line for line in read_lines(source)[: 50 * size] if line.strip()][:size]
+    tokenizer = run_dir.read_tokenizer()
+    return PieceBatch([tokenizer.pieces(line)[:40] + ["</s>"] for line in lines])
 
 
 def _mask_panel(ax: Axes, mask: np.ndarray, title: str, xlabel: str, ylabel: str) -> None:

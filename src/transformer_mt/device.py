@@ -1,0 +1,81 @@
+"""Where and in what precision the model runs: device choice, bf16 detection, autocast,
+and the allocator setting that speeds up training on glibc."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+from transformer_mt.errors import UserError
+
+log = logging.getLogger("transformer_mt")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """'auto' -> cuda when available, else cpu; anything else as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device {name!r} is not a device name; use auto, cpu, cuda or cuda:N") from None
+
+
+def has_fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 matrix products run natively: CUDA GPUs that support bf16, CPUs whose
+    oneDNN has bf16 kernels (AVX-512 BF16 / AMX). Elsewhere bf16 is emulated, and on an
+    AVX2-only CPU a bf16 matmul is hundreds of times slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> 'bf16' where the device has fast bf16, else 'fp32'; warns when bf16 is
+    asked for on a device that would run it slowly."""
+    if precision == "auto":
+        return "bf16" if has_fast_bf16(device) else "fp32"
+    if precision == "bf16" and not has_fast_bf16(device):
+        log.warning("precision bf16 on %s without native bf16: expect it to be far slower than fp32 "
+                    "(precision auto picks the faster one)", device)
+    return precision
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager:
+    """bf16 autocast for precision 'bf16' (matrix products in bf16, reductions in fp32),
+    nothing for 'fp32'. `precision` is already resolved (not 'auto')."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+TRIM_THRESHOLD = 1 << 30  # bytes of freed heap top glibc keeps before returning memory
+
+
+def reuse_freed_memory() -> None:
+    """Let glibc keep freed memory for reuse instead of handing it back to the system.
+
+    A training step allocates and frees the same large activation buffers every time; by
+    default glibc serves blocks over 32 MB with fresh mmap()s and returns freed heap tops,
+    so every step page-faults its memory in again (measured: 10-25% of a CPU training step).
+    M_MMAP_MAX = 0 serves every block from the heap; M_TRIM_THRESHOLD keeps up to
+    TRIM_THRESHOLD bytes of freed heap top, and gives back what lies beyond it, so a
+    process does not hold on to its peak forever. Meant for training and batch decoding
+    (the train, demo, translate and evaluate commands, the benchmarks), not for `serve`
+    or `plot`. Linux/glibc only; elsewhere nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl, ...)
+        return
+    m_trim_threshold, m_mmap_max = -1, -4
+    mallopt(m_mmap_max, 0)
+    mallopt(m_trim_threshold, TRIM_THRESHOLD)

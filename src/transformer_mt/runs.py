@@ -1,0 +1,268 @@
+"""The run directory: one place that knows its files and reads and writes them (see
+design.md). Training writes a run, translation, the server and the plots read it.
+
+    runs/NAME/config.yaml            the resolved config
+    runs/NAME/tokenizer.model        sentencepiece model (+ .vocab)
+    runs/NAME/checkpoints/step_N.pt  full training state
+    runs/NAME/best.safetensors       weights of the best validation checkpoint
+    runs/NAME/average.safetensors    `transformer-mt average` output
+    runs/NAME/metrics.jsonl          one JSON object per log / validation event
+    runs/NAME/tensorboard/           event files
+
+Every write goes through `files.atomic_open` / `atomic_path`: a process killed mid-save
+leaves the old files intact. Loading uses `torch.load(weights_only=True)` and
+safetensors, so opening a checkpoint never executes code."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+
+from transformer_mt.config import Config, config_yaml, load_config
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.errors import UserError
+from transformer_mt.files import atomic_open, atomic_path, atomic_write_text
+from transformer_mt.model.transformer import EncoderDecoder, build_model
+
+log = logging.getLogger("transformer_mt")
+
+CHECKPOINT_CHOICES = ("best", "last", "average")
+STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer.model"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best.safetensors"
+
+    @property
+    def average(self) -> Path:
+        return self.root / "average.safetensors"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def require(self) -> "RunDir":
+        """Check the files every consumer of a trained run needs."""
+        if not self.root.is_dir():
+            raise UserError(f"{self.root}: no such run directory")
+        for path in (self.config, self.tokenizer):
+            if not path.is_file():
+                raise UserError(f"{path}: missing; is {self.root} a run directory written by `transformer-mt train`?")
+        return self
+
+    def check_writable(self) -> None:
+        """A run directory can be created (or already is one) at `root`."""
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"{self.root}: exists and is not a folder; choose another --run")
+
+    def read_config(self) -> Config:
+        return load_config(self.config)
+
+    def write_config(self, cfg: Config) -> None:
+        atomic_write_text(self.config, config_yaml(cfg))
+
+    def read_tokenizer(self) -> Tokenizer:
+        return Tokenizer.load(self.tokenizer)
+
+
+# ---- checkpoints ------------------------------------------------------------------------
+def save_checkpoint(state: dict[str, Any], path: Path) -> None:
+    """torch.save of the full training state, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path) as handle:
+        torch.save(state, handle)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by `save_checkpoint`, without unpickling code."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such checkpoint") from None
+    except Exception as err:  # any unreadable or foreign file
+        raise UserError(f"{path}: not a readable checkpoint ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0] if str(err) else 'truncated'})") from None
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    """checkpoints/step_N.pt files, oldest step first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_FILE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(directory: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that can be read, and its state; a damaged newer one (a
+    disk that filled up, a copy cut short) is skipped with a warning that names it."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return path, load_checkpoint(path)
+        except UserError as err:
+            log.warning("%s; using the checkpoint before it (delete the damaged file to silence this)", err)
+    return None
+
+
+def prune_checkpoints(directory: str | Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` step checkpoints."""
+    for path in list_checkpoints(directory)[:-keep_last]:
+        path.unlink(missing_ok=True)
+
+
+def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], path: Path, config: Path) -> None:
+    """`model.load_state_dict(state)`; a mismatch (config.yaml edited after training
+    started) is a one-line UserError naming both files."""
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, KeyError) as err:
+        raise UserError(f"{path}: does not match the model in {config} ({_first_line(err)}); "
+                        "restore the config.yaml the run was trained with, or start a new run") from None
+
+
+# ---- weights ----------------------------------------------------------------------------
+def save_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """Model weights only, as safetensors (tied weights stored once), atomically."""
+    with atomic_path(path) as tmp:
+        save_model(model, str(tmp))
+
+
+def load_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """Load safetensors weights into `model`; a damaged file or a shape mismatch is a UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such weights file")
+    try:
+        load_model(model, str(path), device=str(next(model.parameters()).device))
+    except (SafetensorError, OSError) as err:
+        raise UserError(f"{path}: damaged or not a safetensors file ({_first_line(err)}); delete it "
+                        "(or pick other weights with --checkpoint last)") from None
+    except (RuntimeError, ValueError) as err:
+        raise UserError(f"{path}: does not match the model in config.yaml ({_first_line(err)})") from None
+
+
+def load_run_weights(model: EncoderDecoder, run: RunDir, checkpoint: str = "best") -> Path:
+    """Load weights from a run: best.safetensors, average.safetensors or the last
+    readable step checkpoint; `best` falls back to the last checkpoint when none was
+    selected yet. Returns the file the weights came from."""
+    if checkpoint not in CHECKPOINT_CHOICES:
+        raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
+    if checkpoint in ("best", "average"):
+        path = run.best if checkpoint == "best" else run.average
+        if path.is_file():
+            load_weights(model, path)
+            return path
+        if checkpoint == "average":
+            raise UserError(f"{path}: missing; create it with `transformer-mt average {run.root} --last N`")
+    found = latest_checkpoint(run.checkpoints)
+    if found is None:
+        raise UserError(f"{run.checkpoints}: no readable step_N.pt checkpoint (and no {run.best.name}); "
+                        "train the run first")
+    path, state = found
+    load_model_state(model, state["model"], path, run.config)
+    return path
+
+
+def load_run_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Tokenizer, EncoderDecoder]:
+    """Config, tokenizer and model with weights of a trained run."""
+    run.require()
+    cfg = run.read_config()
+    tokenizer = run.read_tokenizer()
+    if len(tokenizer) != cfg.model.tgt_vocab_size:
+        raise UserError(f"{run.tokenizer}: has {len(tokenizer)} subwords but {run.config} says "
+                        f"model.tgt_vocab_size={cfg.model.tgt_vocab_size}")
+    model = build_model(cfg.model)
+    load_run_weights(model, run, checkpoint)
+    return cfg, tokenizer, model
+
+
+def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of model state dicts (the paper averages the last 5 checkpoints)."""
+    if not states:
+        raise ValueError("nothing to average")
+    averaged = {}
+    for key, first in states[0].items():
+        if first.is_floating_point():
+            averaged[key] = sum(s[key].double() for s in states).div(len(states)).to(first.dtype)
+        else:
+            averaged[key] = first.clone()
+    return averaged
+
+
+def average_checkpoints(run: RunDir, last: int) -> list[Path]:
+    """Average the model weights of the run's last `last` checkpoints into
+    average.safetensors; returns the checkpoints used."""
+    found = list_checkpoints(run.checkpoints)[-last:]
+    if not found:
+        raise UserError(f"{run.checkpoints}: no step_N.pt checkpoints to average")
+    model = build_model(run.read_config().model)
+    states = [load_checkpoint(path)["model"] for path in found]
+    load_model_state(model, average_state_dicts(states), found[-1], run.config)
+    save_weights(model, run.average)
+    return found
+
+
+# ---- metrics ----------------------------------------------------------------------------
+def drop_metrics_after(path: Path, step: int) -> int:
+    """Rewrite metrics.jsonl without the events logged after `step` (what a crashed run
+    logged past its last checkpoint: the resumed run logs those steps again). Returns how
+    many events were dropped."""
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += 1  # a line cut short by the crash
+                continue
+            if isinstance(event, dict) and isinstance(event.get("step"), int) and event["step"] > step:
+                dropped += 1
+                continue
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if dropped:
+        atomic_write_text(path, "".join(kept))
+    return dropped
+
+
+def _first_line(err: BaseException) -> str:
+    """The first informative line of an error (load_state_dict's first line only says
+    'Error(s) in loading state_dict'; the mismatch is on the next)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("Error(s) in loading")] or lines
+    return lines[0].rstrip(".") if lines else type(err).__name__

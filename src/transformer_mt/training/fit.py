@@ -1,0 +1,115 @@
+"""`fit`: a config in, a trained run directory out (new, or resumed where it stopped).
+
+A run directory becomes a run only once its inputs were validated: the corpus is read,
+the vocabulary trained and the data encoded before config.yaml is written, and a start
+that fails removes what it wrote, so running again with corrected arguments starts
+afresh instead of "resuming" a run that never was."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from transformer_mt.config import Config, ConfigError, replace
+from transformer_mt.data.corpus import read_parallel
+from transformer_mt.data.dataset import EncodedData, corpus_paths, encode_data, load_or_train_tokenizer
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.errors import UserError
+from transformer_mt.model.transformer import build_model
+from transformer_mt.runs import RunDir
+from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
+from transformer_mt.training.trainer import Trainer, seed_everything
+
+log = logging.getLogger("transformer_mt")
+
+
+def resolve_run_config(cfg: Config | None, run: RunDir) -> Config:
+    """A new run uses `cfg`; an existing run resumes with the config it was started with."""
+    run.check_writable()
+    if run.config.is_file():
+        saved = run.read_config()
+        sizes = dict(src_vocab_size=saved.model.src_vocab_size, tgt_vocab_size=saved.model.tgt_vocab_size)
+        if cfg is not None and replace(cfg, model=replace(cfg.model, **sizes)) != saved:
+            log.warning("%s already exists: resuming with its saved config.yaml, not the one given", run.root)
+        return saved
+    if cfg is None:
+        raise ConfigError(f"{run.config}: missing; give a config to start a new run")
+    return cfg
+
+
+@contextmanager
+def removed_on_failure(run: RunDir, active: bool) -> Iterator[None]:
+    """Remove what the block added to the run directory (the directory itself if it
+    did not exist) when the block fails, so a failed start leaves no half-made run."""
+    existed = run.root.is_dir()
+    before = set(run.root.iterdir()) if existed else set()
+    try:
+        yield
+    except BaseException:
+        if active:
+            if not existed:
+                shutil.rmtree(run.root, ignore_errors=True)
+            elif run.root.is_dir():
+                for path in set(run.root.iterdir()) - before:
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        raise
+
+
+def train_vocabulary(cfg: Config, run: RunDir) -> Tokenizer:
+    """Train the run's joint sentencepiece vocabulary (what `transformer-mt vocab` does)."""
+    run.check_writable()
+    if run.tokenizer.is_file():
+        raise UserError(f"{run.tokenizer}: exists already; a run keeps its vocabulary (use a new --run)")
+    with removed_on_failure(run, active=True):
+        run.root.mkdir(parents=True, exist_ok=True)
+        paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
+        return load_or_train_tokenizer(cfg.data, read_parallel(*paths.train), run.tokenizer, cfg.train.seed)
+
+
+def prepare(cfg: Config, run: RunDir, ctx: DistributedContext) -> tuple[Config, Tokenizer, EncodedData]:
+    """Corpus, tokenizer and encoded data; rank 0 creates files, the others wait and read.
+    config.yaml is written last, once everything before it succeeded."""
+    if ctx.is_main:
+        run.root.mkdir(parents=True, exist_ok=True)
+        paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
+        train_text = read_parallel(*paths.train)
+        tokenizer = load_or_train_tokenizer(cfg.data, train_text, run.tokenizer, cfg.train.seed)
+    barrier(ctx)
+    if not ctx.is_main:
+        paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
+        train_text = read_parallel(*paths.train)
+        tokenizer = run.read_tokenizer()
+    vocab = len(tokenizer)
+    cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab))
+    data = encode_data(cfg.data, paths, tokenizer, train_text, cfg.model.max_positions)
+    if ctx.is_main and not run.config.is_file():
+        run.write_config(cfg)
+    return cfg, tokenizer, data
+
+
+def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:
+    """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints.
+    Returns the Trainer (its `cfg`, `model` and `state`) after training."""
+    run = RunDir(Path(run_dir))
+    cfg = resolve_run_config(cfg, run)
+    new_run = not run.config.is_file()
+    ctx, device = setup_distributed(cfg.train.device)
+    try:
+        with removed_on_failure(run, active=new_run and ctx.is_main):
+            cfg, tokenizer, data = prepare(cfg, run, ctx)
+            seed_everything(cfg.train.seed)
+            trainer = Trainer(cfg, run, build_model(cfg.model), tokenizer, data, device, ctx.rank,
+                              ctx.world_size, progress)
+        if ctx.is_main:
+            log.info("training on %d pairs (%d filtered), %d batches per epoch, %.1f%% padding, %s on %s",
+                     len(data.train_src), data.filtered, len(trainer.batches),
+                     100 * trainer.batches.padding_fraction(), trainer.precision, device)
+        if trainer.resume():
+            log.info("resumed %s at step %d", run.root, trainer.state.step)
+        trainer.train()
+        return trainer
+    finally:
+        cleanup(ctx)
