@@ -12,7 +12,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from transformer_mt.cli import build_parser, main
-from transformer_mt.config import replace
 from transformer_mt.server import Limits, TranslationService, create_app
 from transformer_mt.server.background import BackgroundServer
 from transformer_mt.translator import Translator
@@ -196,3 +195,56 @@ def test_beam_and_nbest(client: TestClient, translator: Translator) -> None:
         assert len(scores) == 2 and scores[0] >= scores[1]
         assert result["translation"] == result["nbest"][0]["text"]
     assert data["beam"] == 3 and data["nbest"] == 2
+
+
+def test_concurrent_requests_with_mixed_beams_get_exactly_their_own(tiny_run: Path) -> None:
+    """Many requests at once, mixing beam 1, beam 5 and no beam (the run's default, set
+    to 5 here), return exactly what each returns alone: no request decodes with another's
+    beam. The sentences are chosen where beam 1 and beam 5 disagree, so a mix-up shows."""
+    import random
+
+    translator = Translator.from_run(tiny_run, device="cpu", beam=5)
+    rng = random.Random(0)
+    lines = [" ".join(f"w{rng.randrange(10)}" for _ in range(rng.randint(3, 14))) for _ in range(40)]
+    greedy, beam5 = translator.translate(lines, beam=1), translator.translate(lines, beam=5)
+    differing = [i for i in range(len(lines)) if greedy[i] != beam5[i]]
+    assert len(differing) >= 3, "no sentence where beam 1 and beam 5 disagree: the test could not fail"
+    expected = {1: greedy, 5: beam5, None: beam5}
+    service = TranslationService(translator, "tiny", Limits(max_chars=2000, max_sentences=8, max_beam=8))
+    asks = [(beam, differing[k % len(differing)]) for k in range(90) for beam in ((1, 5, None)[k % 3],)]
+
+    def ask(item: tuple[int | None, int]) -> tuple[int | None, int, str, int]:
+        beam, index = item
+        body = {"text": lines[index]} if beam is None else {"text": lines[index], "beam": beam}
+        response = httpx.post(f"{url}/api/translate", json=body, timeout=120)
+        data = response.json()
+        return beam, index, data["translations"][0], data["beam"]
+
+    with BackgroundServer(create_app(service)) as url:
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(ask, asks))
+    wrong = [(beam, i, got) for beam, i, got, _ in answers if got != expected[beam][i]]
+    assert not wrong, f"{len(wrong)} of {len(answers)} requests got another request's beam"
+    assert all(used == (5 if beam is None else beam) for beam, _, _, used in answers)
+    assert service.batches < service.requests  # requests were batched, by equal settings only
+
+
+@pytest.mark.parametrize("text", ["w1 \ud800", "\udfff"])
+def test_text_that_is_not_unicode_is_a_json_422(client: TestClient, text: str) -> None:
+    response = client.post("/api/translate", content=f'{{"text": "{text.encode("unicode_escape").decode()}"}}',
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert "not valid Unicode" in response.json()["error"]
+
+
+@pytest.mark.parametrize("text", ["\u0000", "\u00ad", "\u200b"])
+def test_invisible_text_translates_to_an_empty_line(client: TestClient, text: str) -> None:
+    data = post(client, {"sentences": [text, "w1 w2"]}).json()
+    assert data["translations"][0] == ""
+
+
+def test_nbest_above_a_given_beam_is_refused_as_by_the_cli(client: TestClient) -> None:
+    response = post(client, {"text": "w1 w2", "beam": 2, "nbest": 3})
+    assert response.status_code == 422 and "nbest (3) cannot exceed beam (2)" in response.json()["error"]
+    widened = post(client, {"text": "w1 w2", "nbest": 3}).json()  # no beam: the default widened
+    assert widened["beam"] == 3 and len(widened["results"][0]["nbest"]) == 3
