@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train on Multi30k and score the test sets with sacreBLEU.
 #   benchmarks/multi30k.sh en-de [--json] [--section.key=value ...]
-# Trains configs/multi30k_<src>_<tgt>.yaml into runs/multi30k_<src>_<tgt> (resuming if it
+# Trains the multi30k_<src>_<tgt> preset into runs/multi30k_<src>_<tgt> (resuming if it
 # exists), then reports cased BLEU, chrF (with signatures) and lowercased 13a-tokenized BLEU
 # on test_2016_flickr and test_2017_flickr, and the training wall time.
 # Reads ../shared/data/multi30k/ (see its README); run from the repository root.
@@ -15,7 +15,7 @@ for arg in "$@"; do
   if [ "$arg" = "--json" ]; then json=true; else overrides+=("$arg"); fi
 done
 src=${pair%-*}; tgt=${pair#*-}
-config=configs/multi30k_${src}_${tgt}.yaml
+config=src/transformer_mt/configs/multi30k_${src}_${tgt}.yaml
 run=${RUN_DIR:-runs/multi30k_${src}_${tgt}}
 data=../shared/data/multi30k
 [ -f "$config" ] || { echo "multi30k.sh: no config $config (pairs: en-de, de-en)" >&2; exit 2; }

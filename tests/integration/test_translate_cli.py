@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import tiny_config
 
 from transformer_mt.cli import main
+from transformer_mt.device import has_fast_bf16
 from transformer_mt.training import fit
 from transformer_mt.translator import Translator
 
@@ -86,15 +88,21 @@ def test_interactive_prompt_at_a_terminal(tiny_run: Path) -> None:
         os.close(controller)
 
 
-def test_evaluate_gives_the_bleu_of_training_validation(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_evaluate_gives_the_bleu_of_training_validation(tmp_path: Path, capsys, precision: str) -> None:
+    """Validation and evaluate decode through one Translator call with the run's
+    decode.precision: a bf16 run's validation BLEU is reproduced exactly too."""
+    if precision == "bf16" and not has_fast_bf16(torch.device("cpu")):
+        pytest.skip("no native bf16 on this CPU (emulated bf16 is very slow)")
     run = tmp_path / "run"
-    fit(tiny_config(train__max_steps=160, train__valid_every=160, decode__beam=2), run, progress=False)
+    fit(tiny_config(train__max_steps=160, train__valid_every=160, decode__beam=2, train__precision=precision,
+                    decode__precision=precision), run, progress=False)
     validation = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     validation = [event for event in validation if event["event"] == "valid"][-1]
     assert main(["evaluate", str(run), "--src", str(run / "data" / "valid.src"), "--ref",
                  str(run / "data" / "valid.tgt"), "--checkpoint", "last", "--device", "cpu", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert result["beam"] == 2
+    assert result["beam"] == 2 and result["precision"] == validation["precision"] == precision
     assert result["bleu"] > 0 and result["chrf"] > 0
     assert result["bleu"] == pytest.approx(validation["bleu"], abs=1e-9)
     assert result["chrf"] == pytest.approx(validation["chrf"], abs=1e-9)

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from transformer_mt.cli import positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
-from transformer_mt.device import reuse_freed_memory
+from transformer_mt.device import resolve_precision, reuse_freed_memory
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open
 from transformer_mt.runs import CHECKPOINT_CHOICES
@@ -222,8 +222,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if scores.bleu_lc_tok is not None:
         print(f"BLEU (lowercased, 13a-tokenized) = {scores.bleu_lc_tok:.2f}")
     log.info("%d sentences, beam %d, %s precision, %s checkpoint, %.1f s", len(sources), settings.beam,
-             settings.precision, args.checkpoint, seconds)
+             resolve_precision(settings.precision, translator.device), args.checkpoint, seconds)
     if args.json:
         print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": settings.beam,
+                          "precision": resolve_precision(settings.precision, translator.device),
                           "checkpoint": args.checkpoint, "seconds": round(seconds, 2)}))
     return 0

@@ -186,7 +186,8 @@ class Trainer:
         scores = score(hypotheses, self.data.valid.tgt)
         self.model.train()
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), "bleu": scores.bleu,
-                "chrf": scores.chrf, "exact_match": scores.exact_match}
+                "chrf": scores.chrf, "exact_match": scores.exact_match,
+                "precision": resolve_precision(self.cfg.decode.precision, self.device)}
 
     def _improved(self, result: dict[str, float]) -> bool:
         metric = self.cfg.train.early_stop_metric
