@@ -1,5 +1,9 @@
-"""Run by tests/integration/test_ddp.py under torchrun: train, then save this rank's weights."""
+"""Run by tests/integration/test_ddp.py under torchrun: train, then save this rank's weights.
 
+Rank 0 also records what a single-process reference needs to replay the run: the
+weights training starts from and the encoded training pairs the batches are cut from."""
+
+import json
 import os
 import sys
 
@@ -7,9 +11,24 @@ import torch
 
 from transformer_mt.config import load_config
 from transformer_mt.training import fit
+from transformer_mt.training.trainer import Trainer
 
+STEPS = 6
 run, out = sys.argv[1], sys.argv[2]
-cfg = load_config("tiny", ["--train.max_steps=12", "--train.valid_every=12", "--data.task_size=400",
-                           "--train.device=cpu", "--model.dropout=0.1"])
+cfg = load_config("tiny", [f"--train.max_steps={STEPS}", f"--train.valid_every={STEPS}", "--data.task_size=400",
+                           "--train.device=cpu", "--model.dropout=0.0", "--train.label_smoothing=0.1"])
+
+start_training = Trainer.train
+
+
+def record_then_train(self: Trainer):
+    if self.rank == 0:
+        torch.save(self.model.state_dict(), os.path.join(out, "initial.pt"))
+        with open(os.path.join(out, "train_data.json"), "w", encoding="utf-8") as handle:
+            json.dump({"src": self.data.train_src, "tgt": self.data.train_tgt}, handle)
+    return start_training(self)
+
+
+Trainer.train = record_then_train
 trainer = fit(cfg, run, progress=False)
 torch.save(trainer.model.state_dict(), os.path.join(out, f"rank{os.environ['RANK']}.pt"))

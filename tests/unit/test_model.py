@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -16,7 +18,7 @@ PAD = 0
 def small_model(norm_first: bool = False, **kw) -> EncoderDecoder:
     torch.manual_seed(0)
     cfg = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0, norm_first=norm_first,
-                      src_vocab_size=50, tgt_vocab_size=50, max_len=64, **kw)
+                      src_vocab_size=50, tgt_vocab_size=50, max_positions=64, **kw)
     model = build_model(cfg).eval()
     with torch.no_grad():  # non-trivial biases and norms, so a mis-wired one shows
         for name, p in model.named_parameters():
@@ -26,14 +28,25 @@ def small_model(norm_first: bool = False, **kw) -> EncoderDecoder:
 
 
 def copy_into_reference(model: EncoderDecoder) -> nn.Transformer:
-    """An nn.Transformer holding our weights. Its stacks end with a LayerNorm that the
-    paper's post-norm model does not have: remove them (set to None)."""
+    """An nn.Transformer holding our weights, pre-norm or post-norm as our model is. Its
+    stacks end with a LayerNorm: the pre-norm model has one too (copied), the paper's
+    post-norm model does not (removed: set to None)."""
     d = model.src_embed.d_model
     layer = model.encoder.layers[0]
-    ref = nn.Transformer(d, layer.self_attn.n_heads, len(model.encoder.layers), len(model.decoder.layers),
-                         layer.feed_forward.w_1.out_features, dropout=0.0, batch_first=True).eval()
-    ref.encoder.norm = None
-    ref.decoder.norm = None
+    norm_first = layer.sublayer[0].norm_first
+    with warnings.catch_warnings():  # "enable_nested_tensor is True, but ... norm_first": turned off below
+        warnings.filterwarnings("ignore", message="enable_nested_tensor")
+        ref = nn.Transformer(d, layer.self_attn.n_heads, len(model.encoder.layers), len(model.decoder.layers),
+                             layer.feed_forward.w_1.out_features, dropout=0.0, batch_first=True,
+                             norm_first=norm_first).eval()
+    if norm_first:
+        assert isinstance(model.encoder.norm, nn.LayerNorm) and isinstance(model.decoder.norm, nn.LayerNorm)
+        with torch.no_grad():
+            ref.encoder.norm.load_state_dict(model.encoder.norm.state_dict())
+            ref.decoder.norm.load_state_dict(model.decoder.norm.state_dict())
+    else:
+        ref.encoder.norm = None
+        ref.decoder.norm = None
     ref.encoder.enable_nested_tensor = ref.encoder.use_nested_tensor = False
 
     def attn(dst: nn.MultiheadAttention, src) -> None:
@@ -64,21 +77,34 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return src, tgt
 
 
-def test_post_norm_model_equals_nn_transformer() -> None:
-    model = small_model(norm_first=False)
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_model_equals_nn_transformer(norm_first: bool) -> None:
+    """The same weights in torch.nn.Transformer (post-norm: the paper's; pre-norm:
+    norm_first=True) give the same encoder output and the same log-probabilities, with
+    source and target padding masks and the causal mask. Embeddings and positional
+    encodings are ours, fed to both as the same embedded input."""
+    model = small_model(norm_first=norm_first)
+    assert model.encoder.layers[0].sublayer[0].norm_first is norm_first
     ref = copy_into_reference(model)
     src, tgt = batch()
     with torch.no_grad():
+        memory = model.encode(src, padding_mask(src, PAD))
         ours = model.generator(model(src, tgt, padding_mask(src, PAD), target_mask(tgt, PAD)))
+        src_in, tgt_in = model.positional(model.src_embed(src)), model.positional(model.tgt_embed(tgt))
+        ref_memory = ref.encoder(src_in, src_key_padding_mask=src == PAD)
         states = ref(
-            model.positional(model.src_embed(src)), model.positional(model.tgt_embed(tgt)),
+            src_in, tgt_in,
             tgt_mask=nn.Transformer.generate_square_subsequent_mask(tgt.size(1), dtype=torch.bool),
             src_key_padding_mask=src == PAD, tgt_key_padding_mask=tgt == PAD,
             memory_key_padding_mask=src == PAD,
         )
         theirs = model.generator(states)
-    real = tgt != PAD
+    real_src, real = src != PAD, tgt != PAD
+    torch.testing.assert_close(memory[real_src], ref_memory[real_src], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+    # the comparison has teeth: each position's output differs from the next by far more
+    # than the tolerance (a mis-wired mask or norm would show)
+    assert (ours[real][1:] - ours[real][:-1]).abs().amax(dim=-1).min() > 1e-2
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,29 +13,51 @@ from transformer_mt.training.loss import LabelSmoothingLoss, SmoothedCrossEntrop
 from transformer_mt.training.schedule import make_optimizer, make_scheduler, rate
 
 
-def test_rate_rises_linearly_then_decays_as_inverse_sqrt() -> None:
-    d, warmup = 512, 4000
-    assert rate(2000, d, warmup) == pytest.approx(rate(1000, d, warmup) * 2)
-    peak = max(range(1, 20000, 50), key=lambda s: rate(s, d, warmup))
-    assert abs(peak - warmup) <= 50
-    assert rate(warmup, d, warmup) == pytest.approx(d**-0.5 * warmup**-0.5)
-    assert rate(16000, d, warmup) == pytest.approx(rate(4000 * 4, d, warmup))
-    assert rate(32000, d, warmup) / rate(8000, d, warmup) == pytest.approx(0.5)
-    assert rate(100, d, warmup, scale=2.0) == pytest.approx(2 * rate(100, d, warmup))
+def paper_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """Equation 3 of the paper, written here independently of `rate`; steps count from 1."""
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@pytest.mark.parametrize("d,warmup,scale", [(512, 4000, 1.0), (64, 100, 0.25), (1024, 4000, 2.0)])
+def test_rate_is_the_papers_formula(d: int, warmup: int, scale: float) -> None:
+    steps = [1, 2, 7, warmup // 2, warmup - 1, warmup, warmup + 1, 3 * warmup, 25 * warmup]
+    for step in steps:
+        assert rate(step, d, warmup, scale) == pytest.approx(paper_rate(step, d, warmup, scale), rel=1e-12)
+    # the peak lies at step = warmup, where both branches of the min meet: d^-0.5 warmup^-0.5
+    assert max(range(1, 3 * warmup), key=lambda s: rate(s, d, warmup, scale)) == warmup
+    assert rate(warmup, d, warmup, scale) == pytest.approx(scale / math.sqrt(d * warmup), rel=1e-12)
+
+
+def test_rate_of_the_base_model_by_hand() -> None:
+    """d_model 512, 4000 warmup steps: the numbers of the paper's base model, worked out by hand."""
+    assert rate(1, 512, 4000) == pytest.approx(1 / (math.sqrt(512) * 4000**1.5), rel=1e-12)  # 1.75e-7
+    assert rate(4000, 512, 4000) == pytest.approx(6.9877e-4, rel=1e-4)  # 1 / sqrt(2,048,000), the peak
+    assert rate(16000, 512, 4000) == pytest.approx(3.4939e-4, rel=1e-4)  # half the peak at 4x the warmup
+    assert rate(100000, 512, 4000) == pytest.approx(1.3975e-4, rel=1e-4)  # 1 / sqrt(512e5), the last step
 
 
 def test_scheduler_drives_adam_with_the_paper_settings() -> None:
-    cfg = TrainConfig(warmup_steps=10)
-    param = torch.nn.Parameter(torch.zeros(2))
+    """The i-th optimizer step (the paper's step i, counted from 1) runs with the paper's
+    rate(i): read from param_groups and measured from the parameter's move. With a
+    constant gradient Adam's bias-corrected moments are exactly g and g^2, so each step
+    moves the parameter by lr * g / (|g| + eps) = lr (to 1e-9 relative)."""
+    cfg = TrainConfig(warmup_steps=10, lr_scale=0.5)
+    d = 64
+    param = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
     optimizer = make_optimizer([param], cfg)
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
-    scheduler = make_scheduler(optimizer, 64, cfg)
-    seen = []
-    for _ in range(20):
-        seen.append(optimizer.param_groups[0]["lr"])
+    assert optimizer.defaults["weight_decay"] == 0 and not optimizer.defaults["amsgrad"]
+    scheduler = make_scheduler(optimizer, d, cfg)
+    for step in range(1, 31):
+        expected = paper_rate(step, d, 10, 0.5)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12), step
+        before = param.item()
+        param.grad = torch.ones(1, dtype=torch.float64)
         optimizer.step()
         scheduler.step()
-    assert seen == pytest.approx([rate(s, 64, 10) for s in range(1, 21)])
+        assert before - param.item() == pytest.approx(expected, rel=1e-6), step
+    # the peak: step 10 = warmup, 0.5 / sqrt(64 * 10)
+    assert paper_rate(10, d, 10, 0.5) == pytest.approx(0.5 / math.sqrt(640))
 
 
 def test_smoothed_distribution_puts_one_minus_epsilon_on_target() -> None:
