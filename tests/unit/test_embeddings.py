@@ -34,10 +34,10 @@ def test_encoding_is_bounded_and_odd_width_works() -> None:
 
 
 def test_positional_encoding_adds_table_with_offset() -> None:
-    module = PositionalEncoding(8, dropout=0.0, max_len=20).eval()
+    module = PositionalEncoding(8, dropout=0.0, max_positions=20).eval()
     x = torch.zeros(2, 3, 8)
     torch.testing.assert_close(module(x, offset=5), sinusoidal_encoding(20, 8)[5:8].expand(2, 3, 8))
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match="model.max_positions"):
         module(torch.zeros(1, 21, 8))
 
 

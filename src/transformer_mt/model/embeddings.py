@@ -28,17 +28,17 @@ class Embeddings(nn.Module):
         return self.lut(tokens) * self.scale
 
 
-def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
-    """The (max_len, d_model) table of section 3.5:
+def sinusoidal_encoding(max_positions: int, d_model: int) -> torch.Tensor:
+    """The (max_positions, d_model) table of section 3.5:
 
         PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
         PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 
     Dimensions 2i and 2i+1 share one frequency.
     """
-    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    position = torch.arange(max_positions, dtype=torch.float64)[:, None]
     div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
-    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe = torch.zeros(max_positions, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)[:, : d_model // 2]
     return pe.float()
@@ -47,10 +47,10 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
 class PositionalEncoding(nn.Module):
     """Adds the sinusoidal encoding to the embeddings, then applies dropout (section 5.4)."""
 
-    def __init__(self, d_model: int, dropout: float, max_len: int = 1024) -> None:
+    def __init__(self, d_model: int, dropout: float, max_positions: int = 1024) -> None:
         super().__init__()
         self.dropout = Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_encoding(max_positions, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""
