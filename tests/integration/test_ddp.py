@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from transformer_mt.config import Config, load_config
 from transformer_mt.data.batching import Batch, BatchStream

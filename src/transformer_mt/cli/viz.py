@@ -17,7 +17,7 @@ from transformer_mt.errors import UserError
 
 log = logging.getLogger("transformer_mt")
 
-ATTENTION_KINDS = ("all", "encoder", "decoder", "cross")
+ATTENTION_CHOICES = ("all", "encoder", "decoder", "cross")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     attention = figure("attention", "encoder, decoder and cross-attention of one sentence, every layer and head")
     attention.add_argument("run", help="run directory")
     attention.add_argument("sentence", help="source sentence (quoted)")
-    attention.add_argument("--kind", choices=ATTENTION_KINDS, default="all",
+    attention.add_argument("--kind", choices=ATTENTION_CHOICES, default="all",
                            help="which attention (default: all, one file each, named OUT-KIND.EXT)")
     attention.add_argument("--layer", type=positive_int, help="only this layer (from 1; needs --head)")
     attention.add_argument("--head", type=positive_int, help="only this head (from 1; needs --layer)")

@@ -3,8 +3,8 @@ positional encodings, masks, learning-rate schedule, label smoothing, training c
 attention heatmaps. Each `*_figure` function returns a Figure; `save_figure` writes it as
 PNG or SVG."""
 
+from transformer_mt.translator import ATTENTION_KINDS as KINDS
 from transformer_mt.viz.attention import (
-    KINDS,
     AttentionMaps,
     attention_grid_figure,
     attention_head_figure,

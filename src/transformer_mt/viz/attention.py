@@ -13,7 +13,6 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_mt.translator import ATTENTION_KINDS as KINDS
 from transformer_mt.translator import AttentionMaps, Translator
 from transformer_mt.viz.figure import new_figure
 
