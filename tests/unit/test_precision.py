@@ -55,3 +55,12 @@ def test_detection_agrees_with_the_cpu_flags() -> None:
     native = bool(flags & NATIVE_BF16_FLAGS)
     assert devices.has_fast_bf16(torch.device("cpu")) is native, (
         f"CPU flags {sorted(flags & (NATIVE_BF16_FLAGS | {'avx512f', 'avx2'}))}: native bf16 is {native}")
+
+
+def test_a_device_name_torch_does_not_know_is_a_user_error() -> None:
+    from transformer_mt.device import resolve_device
+    from transformer_mt.errors import UserError
+
+    with pytest.raises(UserError, match="'gpu0' is not a device name; use auto, cpu, cuda or cuda:N"):
+        resolve_device("gpu0")
+    assert resolve_device("cpu") == torch.device("cpu")
