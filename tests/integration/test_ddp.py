@@ -27,11 +27,11 @@ def rank_loss(summed_loss: torch.Tensor, rank_tokens: int, all_tokens: int) -> t
     """The loss one rank backpropagates, given its loss summed over its `rank_tokens`
     target tokens; DDP then averages the ranks' gradients (see `reference_run`).
 
-    ASSUMES the trainer's normalisation: each rank divides by its own token count, so a
-    step follows the mean over ranks of per-token mean losses. If the trainer divides by
-    the global token count of the step (`all_tokens`, summed over ranks) so that every
-    token weighs the same, this becomes summed_loss * WORLD_SIZE / all_tokens."""
-    return summed_loss / rank_tokens
+    The trainer's normalisation: every rank divides by the step's global token count
+    (`all_tokens`, summed over ranks) so that every token weighs the same, times
+    WORLD_SIZE because DDP averages. (Dividing by each rank's own count instead,
+    summed_loss / rank_tokens, follows the mean of per-rank means.)"""
+    return summed_loss * WORLD_SIZE / all_tokens
 
 
 def paper_rate(step: int, cfg: Config) -> float:
@@ -116,10 +116,126 @@ def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_p
     finally:
         torch.set_num_threads(threads)
     # bit-identical in practice; the tolerance is far below one step's move (lr >= 3e-5).
-    # Dividing each rank's loss by the step's global token count instead (rank_loss's
-    # docstring) ends 9e-4 away from these weights.
+    # Dividing each rank's loss by its own token count instead (rank_loss's docstring)
+    # ends far from these weights.
     assert max_difference(rank0, expected) <= 1e-6
     # the comparison has teeth: rank 0's batches alone train to other weights, and
     # training moved the weights well beyond the tolerance
     assert max_difference(rank0_alone, expected) > 1e-4
     assert max_difference(initial, expected) > 1e-4
+
+
+def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The README's command line: torchrun ... -m transformer_mt -- train ..."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
+               "-m", "transformer_mt", "--", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_two_processes_train_as_one_process_with_twice_the_accumulation(tmp_path: Path) -> None:
+    """2 processes with accumulate 1 == 1 process with accumulate 2 on the same batches
+    (fp32, dropout 0): the loss of a step is divided by the global token count."""
+    from transformer_mt.training import fit
+
+    args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
+            "--model.dropout=0.0", "--train.precision=fp32"]
+    result = torchrun("train", "tiny", "--run", str(tmp_path / "two"), "--no-progress", *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "a step takes 2 batch(es)" in result.stderr
+    two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = fit(load_config("tiny", [*args, "--train.accumulate=2"]), tmp_path / "one", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert max_difference(two["model"], one.model.state_dict()) <= 1e-6
+    assert len(two["rng"]) == WORLD_SIZE  # every rank's random states, in rank order
+    assert not torch.equal(two["rng"][0]["torch"], two["rng"][1]["torch"])  # each rank its own dropout
+
+
+def test_a_time_cap_stops_every_rank_together(tmp_path: Path) -> None:
+    """With train.max_seconds each rank's clock differs; the ranks agree on the step to
+    stop at, exit 0, and leave a loadable checkpoint (a hang fails on the timeout)."""
+    run = tmp_path / "run"
+    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.max_seconds=3",
+                      "--train.max_steps=100000", "--train.valid_every=100000", "--data.task_size=400",
+                      "--train.device=cpu", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (last,) = list((run / "checkpoints").glob("step_*.pt"))
+    state = torch.load(last, weights_only=True)
+    # the step at which the first rank's clock passed 3 s (rank 0, which saved, may be just below)
+    assert 0 < state["trainer"]["step"] < 100000 and state["trainer"]["train_seconds"] > 2
+
+
+def test_a_killed_two_process_run_resumes_bit_identically(tmp_path: Path) -> None:
+    """Dropout on: each rank's own random states are saved and restored, so a 2-process
+    run killed (launcher and workers, SIGKILL) and resumed with 2 processes ends with
+    the weights of an uninterrupted one."""
+    import signal
+    import time
+
+    args = ["--no-progress", "--train.max_steps=40", "--train.valid_every=10", "--train.keep_last=10",
+            "--model.dropout=0.1", "--data.task_size=400", "--train.device=cpu", "--train.precision=fp32"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    result = torchrun("train", "tiny", "--run", str(straight), *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
+               "-m", "transformer_mt", "--", "train", "tiny", "--run", str(killed), *args]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 240
+    while not (killed / "checkpoints" / "step_20.pt").exists():
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (killed / "checkpoints" / "step_40.pt").exists()
+
+    resumed = torchrun("train", "--run", str(killed), "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed" in resumed.stderr
+    a = torch.load(straight / "checkpoints" / "step_40.pt", weights_only=True)["model"]
+    b = torch.load(killed / "checkpoints" / "step_40.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_workers_end_when_their_launcher_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to the torchrun launcher alone: its workers get SIGTERM from the kernel
+    (PR_SET_PDEATHSIG) and end, instead of training on beside a later resume."""
+    import shutil
+    import signal
+    import time
+
+    import pytest
+
+    if not (shutil.which("pgrep") and shutil.which("pkill")):
+        pytest.skip("needs pgrep and pkill (procps)")
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
+               "-m", "transformer_mt", "--", "train", "tiny", "--run", str(run), "--no-progress",
+               "--train.max_steps=100000", "--train.valid_every=5", "--data.task_size=400", "--train.device=cpu"]
+    launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.time() + 240
+        while not list((run / "checkpoints").glob("step_*.pt")):
+            assert launcher.poll() is None and time.time() < deadline
+            time.sleep(0.01)
+        launcher.kill()
+        launcher.wait()
+
+        def workers() -> list[str]:
+            found = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True).stdout.split()
+            return [pid for pid in found if int(pid) != os.getpid()]
+
+        deadline = time.time() + 30
+        while workers() and time.time() < deadline:
+            time.sleep(0.2)
+        assert not workers(), "workers still running after their launcher was killed"
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
+        subprocess.run(["pkill", "-9", "-f", str(run)])

@@ -89,9 +89,12 @@ def padding_fraction(batches: list[list[int]], src_lens: list[int], tgt_lens: li
 class BatchStream:
     """An endless, resumable stream of training batches, epoch after epoch.
 
-    With `world_size` > 1 (DDP) each rank takes every world_size-th batch of the same
-    epoch order, all ranks the same number (the last few batches of an epoch are left
-    out so that no rank waits for another)."""
+    An optimizer step takes `world_size * accumulate` consecutive batches of the epoch
+    order (which depends on the seed alone, not on the rank): rank r takes the r-th
+    block of `accumulate` of them. So N processes with `accumulate: k` see exactly the
+    batches of one process with `accumulate: N * k`. An epoch is a whole number of
+    steps: its last batches that do not fill a step are left out (and a corpus with
+    fewer batches than one step repeats them)."""
 
     def __init__(
         self,
@@ -101,20 +104,22 @@ class BatchStream:
         seed: int,
         rank: int = 0,
         world_size: int = 1,
+        accumulate: int = 1,
     ) -> None:
         if not src:
             raise ValueError("BatchStream needs at least one example")
         self.src, self.tgt, self.max_tokens, self.seed = src, tgt, max_tokens, seed
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.accumulate = rank, world_size, accumulate
         self.src_lens, self.tgt_lens = [len(s) for s in src], [len(t) for t in tgt]
         self.epoch, self.position = 0, 0
         self._batches = self._epoch_batches(0)
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
         batches = batch_indices(self.src_lens, self.tgt_lens, self.max_tokens, self.seed, epoch)
-        per_rank = max(1, len(batches) // self.world_size)
-        mine = batches[self.rank :: self.world_size]
-        return (mine or batches[:1])[:per_rank]
+        step, k = self.world_size * self.accumulate, self.accumulate
+        usable = max(step, len(batches) // step * step)
+        return [batches[(start + self.rank * k + j) % len(batches)]
+                for start in range(0, usable, step) for j in range(k)]
 
     def __len__(self) -> int:
         """Batches per epoch (of this rank)."""

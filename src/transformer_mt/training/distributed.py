@@ -5,7 +5,10 @@ torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; we read them, join the process gr
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -32,12 +35,29 @@ def setup_distributed(device_name: str = "auto") -> tuple[DistributedContext, to
     if world_size == 1:
         return DistributedContext(), device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    end_with_launcher()
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return DistributedContext(rank, local_rank, world_size), device
+
+
+def end_with_launcher() -> None:
+    """Ask Linux to send this worker SIGTERM when its parent (the torchrun agent) dies,
+    so that a launcher killed with SIGKILL does not leave workers training on their own
+    (which a later resume would then run beside). Elsewhere nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the launcher died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def barrier(ctx: DistributedContext) -> None:
@@ -49,3 +69,30 @@ def barrier(ctx: DistributedContext) -> None:
 def cleanup(ctx: DistributedContext) -> None:
     if ctx.world_size > 1 and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def all_reduce_sum(values: list[float], world_size: int) -> list[float]:
+    """Element-wise sum over every rank (float64, on the CPU with gloo or on the GPU with
+    nccl); a single process gets its values back."""
+    if world_size == 1:
+        return list(values)
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def gather_objects(obj: object, world_size: int) -> list[object]:
+    """`obj` of every rank, in rank order (every rank must call it)."""
+    if world_size == 1:
+        return [obj]
+    gathered: list[object] = [None] * world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank `rank`'s dropout and other random draws: `seed` itself on rank 0
+    (so one process trains as before), a different stream on every other rank (the same
+    seed everywhere would give every rank the same dropout masks)."""
+    return seed + 1_000_003 * rank

@@ -104,12 +104,17 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
             trainer = Trainer(cfg, run, build_model(cfg.model), tokenizer, data, device, ctx.rank,
                               ctx.world_size, progress)
         if ctx.is_main:
-            log.info("training on %d pairs (%d filtered), %d batches per epoch, %.1f%% padding, %s on %s",
-                     len(data.train_src), data.filtered, len(trainer.batches),
+            t = cfg.train
+            log.info("training on %d pairs (%d filtered), %d steps per epoch, %.1f%% padding, %s on %s",
+                     len(data.train_src), data.filtered, len(trainer.batches) // t.accumulate,
                      100 * trainer.batches.padding_fraction(), trainer.precision, device)
+            log.info("a step takes %d batch(es) of <= %d tokens: %d process(es) x train.accumulate %d "
+                     "(to keep the tokens per step when the process count changes, scale accumulate inversely)",
+                     ctx.world_size * t.accumulate, cfg.data.max_tokens, ctx.world_size, t.accumulate)
         if trainer.resume():
             log.info("resumed %s at step %d", run.root, trainer.state.step)
         trainer.train()
+        barrier(ctx)  # no rank tears the process group down while another still writes or reduces
         return trainer
     finally:
         cleanup(ctx)

@@ -30,6 +30,7 @@ from transformer_mt.runs import (
     RunDir, drop_metrics_after, latest_checkpoint, load_model_state, prune_checkpoints, save_checkpoint, save_weights,
 )
 from transformer_mt.training.loss import LabelSmoothingLoss
+from transformer_mt.training.distributed import all_reduce_sum, gather_objects, rank_seed
 from transformer_mt.training.schedule import make_optimizer, make_scheduler
 from transformer_mt.translator import Translator
 
@@ -97,7 +98,12 @@ def seed_everything(seed: int) -> None:
 class Trainer:
     """Trains an EncoderDecoder on encoded data and writes a run directory.
 
-    Only rank 0 writes files; under DDP every rank validates the same weights, so all
+    Under DDP (N processes) every optimizer step is the one a single process with
+    `accumulate: N * k` would take on the same batches: the loss is divided by the
+    step's real target tokens summed over all ranks. Each rank draws its own dropout
+    (seeded by `rank_seed`) and its random states are saved as its own. Stop decisions
+    (time cap, non-finite loss) are agreed by all ranks, so none waits alone in an
+    all-reduce. Only rank 0 writes files; every rank validates the same weights, so all
     ranks reach the same early-stopping decisions."""
 
     def __init__(
@@ -125,8 +131,11 @@ class Trainer:
         self.scheduler = make_scheduler(self.optimizer, cfg.model.d_model, cfg.train)
         self.criterion = LabelSmoothingLoss(len(tokenizer), PAD_ID, cfg.train.label_smoothing)
         self.batches = BatchStream(data.train_src, data.train_tgt, cfg.data.max_tokens,
-                                   cfg.train.seed, rank, world_size)
+                                   cfg.train.seed, rank, world_size, cfg.train.accumulate)
         self.state = TrainState()
+        self.time_up = False
+        if rank > 0:  # after the model is built: every rank starts from the same weights
+            seed_everything(rank_seed(cfg.train.seed, rank))
         self.progress = progress and rank == 0
         self._writer = None
 
@@ -136,11 +145,14 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """Forward/backward `accumulate` batches, then one Adam step. The loss is summed
-        over tokens and divided by the token count of all accumulated batches, so the
-        result equals one big batch."""
+        over tokens and divided by the real target tokens of the whole step (all
+        accumulated batches of all ranks), so the update equals one big batch's.
+        DDP averages the ranks' gradients, hence the factor world_size."""
         self.wrapped.train()
         batches = [next(self.batches).to(self.device) for _ in range(self.cfg.train.accumulate)]
-        n_tokens = sum(b.n_tokens for b in batches)
+        local_tokens = sum(b.n_tokens for b in batches)
+        n_tokens = int(all_reduce_sum([local_tokens], self.world_size)[0])
+        scale = self.world_size / n_tokens
         total = 0.0
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
@@ -148,9 +160,9 @@ class Trainer:
             with sync:
                 with self.autocast():
                     logits, target = token_logits(self.model, self.wrapped, batch)
-                loss = self.criterion(logits, target) / n_tokens
+                loss = self.criterion(logits, target) * scale
                 loss.backward()
-            total += loss.item()
+            total += loss.item() / self.world_size
         grad_norm = 0.0
         if self.cfg.train.clip_norm > 0:
             grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm))
@@ -159,6 +171,12 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": total, "lr": lr, "tokens": n_tokens, "grad_norm": grad_norm}
+
+    def agree(self, loss: float, time_up: bool) -> tuple[float, bool]:
+        """The step's loss over all ranks and whether any rank's clock passed
+        train.max_seconds: one all-reduce, so every rank takes the same decisions."""
+        total, late = all_reduce_sum([loss, float(time_up)], self.world_size)
+        return total, late > 0
 
     # ---- validation ---------------------------------------------------------------
     @torch.no_grad()
@@ -216,21 +234,23 @@ class Trainer:
                 self._writer.add_scalar(f"{event['event']}/{key}", value, event["step"])
         self._writer.flush()
 
-    def checkpoint_state(self) -> dict:
+    def checkpoint_state(self, rng_states: list[dict]) -> dict:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "batches": self.batches.state_dict(),
-            "rng": rng_state(),
+            "rng": rng_states,  # one per rank, in rank order
             "trainer": self.state.__dict__,
         }
 
     def save(self) -> None:
+        """Every rank hands in its random states; rank 0 writes the checkpoint."""
+        rng_states = gather_objects(rng_state(), self.world_size)
         if self.rank != 0:
             return
         path = self.run.checkpoints / f"step_{self.state.step}.pt"
-        save_checkpoint(self.checkpoint_state(), path)
+        save_checkpoint(self.checkpoint_state(rng_states), path)
         prune_checkpoints(self.run.checkpoints, self.cfg.train.keep_last)
 
     def check_finite(self, loss: float) -> None:
@@ -256,17 +276,29 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.batches.load_state_dict(state["batches"])
         self.state = TrainState(**state["trainer"])
-        set_rng_state(state["rng"])
+        self._restore_rng(state["rng"], path)
         if self.rank == 0:
             drop_metrics_after(self.run.metrics, self.state.step)
         return True
+
+    def _restore_rng(self, saved: list[dict] | dict, path) -> None:
+        """This rank's random states from a checkpoint (a single dict: one process wrote it)."""
+        states = saved if isinstance(saved, list) else [saved]
+        if len(states) != self.world_size:
+            log.warning("%s was written by %d process(es), resumed with %d: random states start afresh "
+                        "where they differ, so the run is not bit-identical to an uninterrupted one",
+                        path, len(states), self.world_size)
+        if self.rank < len(states):
+            set_rng_state(states[self.rank])
+        else:
+            seed_everything(rank_seed(self.cfg.train.seed + self.state.step, self.rank))
 
     # ---- the loop -----------------------------------------------------------------
     def _should_stop(self) -> bool:
         t = self.cfg.train
         return (
             self.state.step >= t.max_steps
-            or (t.max_seconds > 0 and self.state.train_seconds >= t.max_seconds)
+            or self.time_up
             or (t.patience > 0 and self.state.bad_validations >= t.patience)
         )
 
@@ -291,11 +323,14 @@ class Trainer:
                    desc="train", unit="step", dynamic_ncols=True)
         window_tokens, window_start = 0, time.perf_counter()
         last_interval = self.state.step
+        self.time_up = self.agree(0.0, 0 < t.max_seconds <= self.state.train_seconds)[1]
         while not self._should_stop():
             start = time.perf_counter()
             stats = self.train_step()
             self.state.train_seconds += time.perf_counter() - start
             self.state.step += 1
+            late = t.max_seconds > 0 and self.state.train_seconds >= t.max_seconds
+            stats["loss"], self.time_up = self.agree(stats["loss"], late)
             if not math.isfinite(stats["loss"]) or self.state.step % t.valid_every == 0:
                 self.check_finite(stats["loss"])
             window_tokens += stats["tokens"]
