@@ -239,3 +239,46 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path: Path) -> None:
     finally:
         os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
         subprocess.run(["pkill", "-9", "-f", str(run)])
+
+
+def test_a_nan_on_one_rank_stops_both_with_one_message(tmp_path: Path) -> None:
+    """The loss is summed over the ranks, so a NaN on rank 1 alone stops both ranks at
+    the same step, each with the one-line message; nothing non-finite is saved."""
+    run = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                             str(WORLD_SIZE), str(WORKER.with_name("ddp_nan_worker.py")), str(run)],
+                            capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode != 0
+    assert result.stderr.count("error: the loss became nan at step 3; nothing of that step was saved") == WORLD_SIZE
+    assert [p.name for p in sorted((run / "checkpoints").glob("step_*.pt"))] == ["step_2.pt"]
+    state = torch.load(run / "checkpoints" / "step_2.pt", weights_only=True)
+    assert all(t.isfinite().all() for t in state["model"].values())
+
+
+def test_two_launchers_on_localhost_train_as_two_processes_on_one_node(tmp_path: Path) -> None:
+    """Multi-node by torchrun's c10d rendezvous, two 'nodes' of one process on this
+    machine: the same weights as 2 processes on one node."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args = ["train", "tiny", "--no-progress", "--train.max_steps=4", "--train.valid_every=4", "--data.task_size=400",
+            "--train.device=cpu", "--model.dropout=0.0", "--train.precision=fp32"]
+    single = torchrun(*args, "--run", str(tmp_path / "single"))
+    assert single.returncode == 0, single.stderr[-3000:]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+               "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "-m", "transformer_mt", "--",
+               *args, "--run", str(tmp_path / "nodes")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    try:
+        outputs = [node.communicate(timeout=240)[1] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill() if node.poll() is None else None
+    assert all(node.returncode == 0 for node in nodes), outputs
+    a = torch.load(tmp_path / "single" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "nodes" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)

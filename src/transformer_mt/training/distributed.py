@@ -91,6 +91,15 @@ def gather_objects(obj: object, world_size: int) -> list[object]:
     return gathered
 
 
+def broadcast_object(obj: object, world_size: int) -> object:
+    """Rank 0's `obj` on every rank (every rank must call it)."""
+    if world_size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def rank_seed(seed: int, rank: int) -> int:
     """The seed of rank `rank`'s dropout and other random draws: `seed` itself on rank 0
     (so one process trains as before), a different stream on every other rank (the same

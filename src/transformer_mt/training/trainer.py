@@ -30,7 +30,7 @@ from transformer_mt.runs import (
     RunDir, drop_metrics_after, latest_checkpoint, load_model_state, prune_checkpoints, save_checkpoint, save_weights,
 )
 from transformer_mt.training.loss import LabelSmoothingLoss
-from transformer_mt.training.distributed import all_reduce_sum, gather_objects, rank_seed
+from transformer_mt.training.distributed import all_reduce_sum, broadcast_object, gather_objects, rank_seed
 from transformer_mt.training.schedule import make_optimizer, make_scheduler
 from transformer_mt.translator import Translator
 
@@ -103,8 +103,8 @@ class Trainer:
     step's real target tokens summed over all ranks. Each rank draws its own dropout
     (seeded by `rank_seed`) and its random states are saved as its own. Stop decisions
     (time cap, non-finite loss) are agreed by all ranks, so none waits alone in an
-    all-reduce. Only rank 0 writes files; every rank validates the same weights, so all
-    ranks reach the same early-stopping decisions."""
+    all-reduce. Only rank 0 writes files and validates; it hands its result to the other
+    ranks, so all reach the same early-stopping decisions."""
 
     def __init__(
         self,
@@ -303,8 +303,9 @@ class Trainer:
         )
 
     def _end_of_interval(self) -> None:
-        """Validate, keep the best weights, checkpoint."""
-        result = self.validate()
+        """Validate (on rank 0 only: the others get its result, so every rank takes the
+        same early-stopping decision), keep the best weights, checkpoint."""
+        result = broadcast_object(self.validate() if self.rank == 0 else None, self.world_size)
         if result:
             improved = self._improved(result)
             event = {"event": "valid", "step": self.state.step, **result, "best": improved}
