@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from transformer_mt.config import Config, load_config
@@ -203,14 +204,14 @@ def test_a_killed_two_process_run_resumes_bit_identically(tmp_path: Path) -> Non
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_workers_end_when_their_launcher_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_workers_end_when_their_launcher_is_killed(tmp_path: Path, how: str) -> None:
     """SIGKILL to the torchrun launcher alone: its workers get SIGTERM from the kernel
-    (PR_SET_PDEATHSIG) and end, instead of training on beside a later resume."""
+    (PR_SET_PDEATHSIG) and end, instead of training on beside a later resume. SIGTERM:
+    torchrun passes it on. Either way the last checkpoint stays loadable."""
     import shutil
     import signal
     import time
-
-    import pytest
 
     if not (shutil.which("pgrep") and shutil.which("pkill")):
         pytest.skip("needs pgrep and pkill (procps)")
@@ -225,8 +226,8 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path: Path) -> None:
         while not list((run / "checkpoints").glob("step_*.pt")):
             assert launcher.poll() is None and time.time() < deadline
             time.sleep(0.01)
-        launcher.kill()
-        launcher.wait()
+        launcher.send_signal(getattr(signal, how))
+        launcher.wait(timeout=60)
 
         def workers() -> list[str]:
             found = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True).stdout.split()
@@ -236,6 +237,8 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path: Path) -> None:
         while workers() and time.time() < deadline:
             time.sleep(0.2)
         assert not workers(), "workers still running after their launcher was killed"
+        last = sorted((run / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem[5:]))[-1]
+        assert torch.load(last, weights_only=True)["trainer"]["step"] >= 5
     finally:
         os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
         subprocess.run(["pkill", "-9", "-f", str(run)])

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -40,7 +41,8 @@ def setup_distributed(device_name: str = "auto") -> tuple[DistributedContext, to
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # ranks other than 0 wait while rank 0 validates: allow an hour, not NCCL's 10 minutes
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(hours=1))
     return DistributedContext(rank, local_rank, world_size), device
 
 
