@@ -285,3 +285,20 @@ def test_two_launchers_on_localhost_train_as_two_processes_on_one_node(tmp_path:
     a = torch.load(tmp_path / "single" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "nodes" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_readme_torchrun_command_works_as_printed(tmp_path: Path) -> None:
+    """The README's command line, run as printed (a few overrides appended to keep it short)."""
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    line = re.search(r"`(torchrun --nproc_per_node 2 -m transformer_mt [^`]*)`", readme).group(1)
+    command = shlex.split(line)
+    command[0] = str(Path(sys.executable).with_name("torchrun"))
+    result = subprocess.run([*command, "--no-progress", "--train.max_steps=4", "--train.valid_every=4",
+                             "--data.task_size=200"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / command[command.index("--run") + 1]
+    assert (run / "checkpoints" / "step_4.pt").is_file()
