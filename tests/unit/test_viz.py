@@ -8,6 +8,7 @@ import re
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -22,7 +23,9 @@ from transformer_mt.viz import (
     attention_grid_figure,
     attention_head_figure,
     attention_maps,
+    encoding_similarity,
     pixel_size,
+    principal_components,
     read_metrics,
 )
 
@@ -203,3 +206,40 @@ def test_padded_keys_get_zero_weight(translator: Translator) -> None:
     for weights in stored:  # (B, H, Tq, S)
         assert (weights.masked_select(pad[:, None, None, :].expand_as(weights)) == 0).all()
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+def test_encoding_dot_products_depend_on_the_distance_alone() -> None:
+    """PE(p) . PE(q) = sum_i cos(w_i (p - q)), w_i = 10000^(-2i / d): computed here from
+    the formula, not from the table."""
+    d_model, positions = 16, 40
+    similarity = encoding_similarity(d_model, positions)
+    frequencies = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)
+    for p, q in [(0, 0), (3, 9), (17, 2), (39, 0), (20, 21)]:
+        assert similarity[p, q] == pytest.approx(np.cos(frequencies * (p - q)).sum(), abs=1e-5)
+    for k in range(positions):  # constant along every diagonal, the largest on the main one
+        diagonal = np.diagonal(similarity, offset=k)
+        assert np.ptp(diagonal) < 1e-5
+    assert similarity[5, 5] == pytest.approx(d_model / 2) and (similarity <= d_model / 2 + 1e-6).all()
+
+
+def test_encodings_similarity_plot(tmp_path: Path) -> None:
+    out = plot(tmp_path, "encodings", "--similarity", "--d-model", "32", "--positions", "50")
+    assert png_size(out) == (round(12 * DPI), round(4.8 * DPI))
+
+
+def test_principal_components_match_numpy() -> None:
+    generator = torch.Generator().manual_seed(0)
+    weights = torch.randn(300, 8, generator=generator) * torch.tensor([5.0, 3.0, 1, 1, 1, 1, 1, 0.5])
+    points, explained = principal_components(weights)
+    centered = weights.double().numpy() - weights.double().numpy().mean(axis=0)
+    eigenvalues, eigenvectors = np.linalg.eigh(np.cov(centered, rowvar=False))
+    top = eigenvectors[:, ::-1][:, :2]  # largest first
+    for j in range(2):  # each component up to its sign
+        assert min(np.abs(points[:, j] - centered @ top[:, j]).max(),
+                   np.abs(points[:, j] + centered @ top[:, j]).max()) < 1e-8
+    np.testing.assert_allclose(explained, eigenvalues[::-1][:2] / eigenvalues.sum(), rtol=1e-8)
+
+
+def test_embeddings_plot_of_a_run(tmp_path: Path, tiny_run: Path) -> None:
+    out = plot(tmp_path, "embeddings", str(tiny_run), "--labels", "10")
+    assert png_size(out) == (10 * DPI, 8 * DPI) and out.stat().st_size > 10_000

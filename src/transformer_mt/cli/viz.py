@@ -36,7 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     enc = figure("encodings", "sinusoidal positional encodings: heatmap and a few dimensions as curves")
     enc.add_argument("--d-model", type=positive_int, default=64, help="encoding width (default: 64)")
     enc.add_argument("--positions", type=positive_int, default=100, help="positions shown (default: 100)")
+    enc.add_argument("--similarity", action="store_true",
+                     help="draw the dot product of the encodings of every pair of positions instead")
     enc.set_defaults(func=plot_encodings)
+    embeddings = figure("embeddings", "the joint subword embeddings of a run, projected to 2-D (PCA)")
+    embeddings.add_argument("run", help="run directory")
+    embeddings.add_argument("--labels", type=positive_int, default=60, help="pieces labelled (default: 60)")
+    embeddings.add_argument("--checkpoint", default="best", choices=("best", "last", "average"), help="weights")
+    embeddings.set_defaults(func=plot_embeddings)
     masks = figure("masks", "the subsequent mask and the padding mask of a real batch")
     masks.add_argument("--run", help="take the batch from this run's validation text and tokenizer")
     masks.add_argument("--batch-size", type=positive_int, default=4, help="sentences in the batch (default: 4)")
@@ -84,11 +91,20 @@ def _written(path: Path) -> int:
 
 
 def plot_encodings(args: argparse.Namespace) -> int:
-    from transformer_mt.viz import encodings_figure, save_figure
+    from transformer_mt.viz import encoding_similarity_figure, encodings_figure, save_figure
     from transformer_mt.viz.figure import check_output
 
     out = check_output(args.out)
-    return _written(save_figure(encodings_figure(args.d_model, args.positions), out))
+    draw = encoding_similarity_figure if args.similarity else encodings_figure
+    return _written(save_figure(draw(args.d_model, args.positions), out))
+
+
+def plot_embeddings(args: argparse.Namespace) -> int:
+    from transformer_mt.viz import embeddings_figure, save_figure
+    from transformer_mt.viz.figure import check_output
+
+    out = check_output(args.out)
+    return _written(save_figure(embeddings_figure(args.run, args.labels, args.checkpoint), out))
 
 
 def plot_masks(args: argparse.Namespace) -> int:

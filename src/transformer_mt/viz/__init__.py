@@ -11,9 +11,12 @@ from transformer_mt.viz.attention import (
     attention_maps,
 )
 from transformer_mt.viz.curves import curves_figure, read_metrics
+from transformer_mt.viz.embeddings import embeddings_figure, principal_components
 from transformer_mt.viz.figure import DPI, new_figure, pixel_size, save_figure
 from transformer_mt.viz.mechanisms import (
     PieceBatch,
+    encoding_similarity,
+    encoding_similarity_figure,
     encodings_figure,
     mask_batch,
     masks_figure,
@@ -23,6 +26,7 @@ from transformer_mt.viz.mechanisms import (
 
 __all__ = [
     "DPI", "KINDS", "AttentionMaps", "PieceBatch", "attention_grid_figure", "attention_head_figure",
-    "attention_maps", "curves_figure", "encodings_figure", "mask_batch", "masks_figure", "new_figure", "pixel_size",
+    "attention_maps", "curves_figure", "embeddings_figure", "encoding_similarity", "encoding_similarity_figure",
+    "principal_components", "encodings_figure", "mask_batch", "masks_figure", "new_figure", "pixel_size",
     "read_metrics", "save_figure", "schedule_figure", "smoothing_figure",
 ]

@@ -52,6 +52,39 @@ def encodings_figure(d_model: int = 64, positions: int = 100, dims: Sequence[int
     return fig
 
 
+def encoding_similarity(d_model: int, positions: int) -> np.ndarray:
+    """(positions, positions) dot products PE(p) . PE(q) of the sinusoidal encodings.
+
+    Each pair of dimensions contributes sin(w p) sin(w q) + cos(w p) cos(w q) = cos(w (p - q)),
+    so the dot product depends on the distance p - q alone: the reason the paper expected
+    sinusoids to let the model "attend by relative positions" (section 3.5)."""
+    pe = sinusoidal_encoding(positions, d_model).double()  # (positions, d_model)
+    return (pe @ pe.T).numpy()
+
+
+def encoding_similarity_figure(d_model: int = 64, positions: int = 100, starts: Sequence[int] = (0, 20, 50)) -> Figure:
+    """The dot product of the encodings of every pair of positions, and PE(p) . PE(p + k)
+    against the distance k for a few p: the curves lie on top of each other."""
+    similarity = encoding_similarity(d_model, positions)
+    fig = new_figure(12, 4.8, f"Dot products of positional encodings (d_model = {d_model})")
+    heat, curves = fig.subplots(1, 2, width_ratios=[1.1, 1])
+    image = heat.imshow(similarity, cmap="viridis", origin="upper")
+    heat.set_xlabel("position q")
+    heat.set_ylabel("position p")
+    heat.set_title("PE(p) . PE(q): constant along every diagonal")
+    fig.colorbar(image, ax=heat, label="dot product")
+    for start in starts:
+        if start < positions:
+            distance = np.arange(positions - start)
+            curves.plot(distance, similarity[start, start:], label=f"p = {start}")
+    curves.set_xlabel("distance k = q - p")
+    curves.set_ylabel("PE(p) . PE(p + k)")
+    curves.set_title("The same curve from every start: only k matters")
+    curves.legend(loc="upper right", fontsize=8)
+    curves.grid(alpha=0.3)
+    return fig
+
+
 @dataclass(frozen=True)
 class PieceBatch:
     """Sentences as subword strings (each ending with its eos), to show how padding masks."""
