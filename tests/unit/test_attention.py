@@ -104,3 +104,22 @@ def test_cached_self_attention_equals_full_pass() -> None:
 def test_heads_must_divide_d_model() -> None:
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 3)
+
+
+def test_a_head_mask_silences_exactly_that_head() -> None:
+    """head_mask (H,) multiplies each head's output before W^O: with head 1 of 4 kept,
+    the output is W^O applied to that head's attention output alone (others zero)."""
+    torch.manual_seed(0)
+    module = MultiHeadAttention(d_model=16, n_heads=4).eval()
+    x = torch.randn(2, 5, 16)
+    module.head_mask = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    with torch.no_grad():
+        got = module(x)
+        q, k, v = (t.view(2, 5, 4, 4).transpose(1, 2) for t in module.in_proj(x).chunk(3, dim=-1))
+        heads = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1) @ v  # (B, H, T, d_k)
+        heads[:, [0, 2, 3]] = 0.0
+        expected = module.out_proj(heads.transpose(1, 2).reshape(2, 5, 16))
+    torch.testing.assert_close(got, expected)
+    module.head_mask = None
+    with torch.no_grad():
+        assert not torch.allclose(module(x), expected)

@@ -243,3 +243,30 @@ def test_principal_components_match_numpy() -> None:
 def test_embeddings_plot_of_a_run(tmp_path: Path, tiny_run: Path) -> None:
     out = plot(tmp_path, "embeddings", str(tiny_run), "--labels", "10")
     assert png_size(out) == (10 * DPI, 8 * DPI) and out.stat().st_size > 10_000
+
+
+def test_head_entropy_is_the_mean_over_rows_of_each_heads_attention(translator: Translator) -> None:
+    from transformer_mt.translator import Hypothesis
+    from transformer_mt.viz import head_entropies
+
+    pairs = [("w3 w1 w4", "w3 w1 w4"), ("w2 w2 w9 w8 w7", "w2 w2 w9 w8 w7")]
+    entropy = head_entropies(translator, [s for s, _ in pairs], [t for _, t in pairs])
+    expected: dict[str, list[np.ndarray]] = {kind: [] for kind in KINDS}
+    for source, reference in pairs:
+        ids = translator.tokenizer.encode([reference])[0]
+        forced = translator.attention(source, Hypothesis(reference, [], ids, 0.0, finished=True))
+        for kind in KINDS:
+            weights = forced.weights(kind).double().numpy()  # (L, H, Tq, Tk)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rows = -np.nansum(np.where(weights > 0, weights * np.log(weights), 0.0), axis=-1)
+            expected[kind].append(rows)
+    for kind in KINDS:
+        rows = np.concatenate(expected[kind], axis=-1)  # (L, H, all query rows)
+        np.testing.assert_allclose(entropy[kind], rows.mean(-1), rtol=1e-4, atol=1e-5)
+    assert (entropy["encoder"] >= 0).all()
+
+
+def test_heads_plot_with_ablation(tmp_path: Path, tiny_run: Path) -> None:
+    out = plot(tmp_path, "heads", str(tiny_run), "--sentences", "12", "--ablate")
+    assert png_size(out) == (15 * DPI, 9 * DPI)
+    assert png_size(plot(tmp_path, "heads", str(tiny_run), "--sentences", "5", name="e.png")) == (15 * DPI, 4.5 * DPI)

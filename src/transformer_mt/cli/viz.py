@@ -44,6 +44,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     embeddings.add_argument("--labels", type=positive_int, default=60, help="pieces labelled (default: 60)")
     embeddings.add_argument("--checkpoint", default="best", choices=("best", "last", "average"), help="weights")
     embeddings.set_defaults(func=plot_embeddings)
+    heads = figure("heads", "per head: attention entropy over the validation set; --ablate: BLEU change without it")
+    heads.add_argument("run", help="run directory")
+    heads.add_argument("--sentences", type=positive_int, default=200,
+                       help="validation sentences used (default: 200)")
+    heads.add_argument("--ablate", action="store_true",
+                       help="also translate them once per head with that head silenced (slower)")
+    heads.add_argument("--tokenize", choices=("13a", "intl", "char", "none"), default="13a",
+                       help="sacreBLEU tokenization for --ablate (default 13a; char for one-word outputs, "
+                            "such as the demo's)")
+    heads.add_argument("--device", default="cpu", help="cpu (default), cuda, auto ...")
+    heads.set_defaults(func=plot_heads)
     masks = figure("masks", "the subsequent mask and the padding mask of a real batch")
     masks.add_argument("--run", help="take the batch from this run's validation text and tokenizer")
     masks.add_argument("--batch-size", type=positive_int, default=4, help="sentences in the batch (default: 4)")
@@ -97,6 +108,15 @@ def plot_encodings(args: argparse.Namespace) -> int:
     out = check_output(args.out)
     draw = encoding_similarity_figure if args.similarity else encodings_figure
     return _written(save_figure(draw(args.d_model, args.positions), out))
+
+
+def plot_heads(args: argparse.Namespace) -> int:
+    from transformer_mt.viz import head_stats, heads_figure, save_figure
+    from transformer_mt.viz.figure import check_output
+
+    out = check_output(args.out)
+    stats = head_stats(args.run, args.sentences, args.ablate, args.device, args.tokenize)
+    return _written(save_figure(heads_figure(stats, Path(args.run).resolve().name), out))
 
 
 def plot_embeddings(args: argparse.Namespace) -> int:

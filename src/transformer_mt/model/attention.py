@@ -64,6 +64,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout)
         self.store_attention = False
         self.attn: torch.Tensor | None = None
+        self.head_mask: torch.Tensor | None = None  # (H,) multiplies each head's output: 0 silences it
 
     def reset_parameters(self) -> None:
         """Xavier-uniform for each of W^Q, W^K, W^V and W^O as separate d x d matrices."""
@@ -133,6 +134,8 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, attn_mask=mask, is_causal=is_causal,
                 dropout_p=self.dropout.p if self.training else 0.0,
             )
+        if self.head_mask is not None:  # head ablation (Michel et al. 2019)
+            x = x * self.head_mask.to(x.dtype).view(1, -1, 1, 1)
         # (B, H, Tq, d_k) -> (B, Tq, d_model)
         x = x.transpose(1, 2).reshape(query.size(0), query.size(1), self.d_model)
         return self.out_proj(x)

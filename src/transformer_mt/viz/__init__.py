@@ -12,6 +12,7 @@ from transformer_mt.viz.attention import (
 )
 from transformer_mt.viz.curves import curves_figure, read_metrics
 from transformer_mt.viz.embeddings import embeddings_figure, principal_components
+from transformer_mt.viz.heads import HeadStats, head_entropies, head_stats, heads_figure
 from transformer_mt.viz.figure import DPI, new_figure, pixel_size, save_figure
 from transformer_mt.viz.mechanisms import (
     PieceBatch,
@@ -27,6 +28,6 @@ from transformer_mt.viz.mechanisms import (
 __all__ = [
     "DPI", "KINDS", "AttentionMaps", "PieceBatch", "attention_grid_figure", "attention_head_figure",
     "attention_maps", "curves_figure", "embeddings_figure", "encoding_similarity", "encoding_similarity_figure",
-    "principal_components", "encodings_figure", "mask_batch", "masks_figure", "new_figure", "pixel_size",
+    "principal_components", "HeadStats", "head_entropies", "head_stats", "heads_figure", "encodings_figure", "mask_batch", "masks_figure", "new_figure", "pixel_size",
     "read_metrics", "save_figure", "schedule_figure", "smoothing_figure",
 ]
