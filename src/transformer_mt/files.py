@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Iterator
 
 
 @contextmanager
@@ -37,12 +37,6 @@ def atomic_open(path: str | Path, mode: str = "wb", encoding: str | None = None)
     with atomic_path(path) as tmp:
         with open(tmp, mode, encoding=encoding, newline="\n" if "b" not in mode else None) as handle:
             yield handle
-
-
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> None:
-    """Call `write(handle)` on a binary handle, atomically (see `atomic_open`)."""
-    with atomic_open(path, "wb") as handle:
-        write(handle)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

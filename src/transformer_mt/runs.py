@@ -97,6 +97,22 @@ class RunDir:
     def read_tokenizer(self) -> Tokenizer:
         return Tokenizer.load(self.tokenizer)
 
+    def text_files(self, splits: tuple[str, ...]) -> tuple[Path, Path]:
+        """The (source, target) files of the first of `splits` found: the run's generated
+        task (data/SPLIT.src) or the config's data.SPLIT_src / SPLIT_tgt."""
+        data = self.read_config().data
+        candidates = []
+        for split in splits:
+            candidates.append((self.data / f"{split}.src", self.data / f"{split}.tgt"))
+            if getattr(data, f"{split}_src") and getattr(data, f"{split}_tgt"):
+                candidates.append((Path(getattr(data, f"{split}_src")), Path(getattr(data, f"{split}_tgt"))))
+        for src, tgt in candidates:
+            if src.is_file() and tgt.is_file():
+                return src, tgt
+        raise UserError(f"{self.root}: no {' or '.join(splits)} text found (looked for "
+                        f"{', '.join(str(src) for src, _ in candidates)}; relative paths of config.yaml "
+                        "count from the current folder)")
+
 
 # ---- checkpoints ------------------------------------------------------------------------
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:

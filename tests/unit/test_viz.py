@@ -270,3 +270,14 @@ def test_heads_plot_with_ablation(tmp_path: Path, tiny_run: Path) -> None:
     out = plot(tmp_path, "heads", str(tiny_run), "--sentences", "12", "--ablate")
     assert png_size(out) == (15 * DPI, 9 * DPI)
     assert png_size(plot(tmp_path, "heads", str(tiny_run), "--sentences", "5", name="e.png")) == (15 * DPI, 4.5 * DPI)
+
+
+def test_plots_of_a_run_without_its_text_name_where_they_looked(tmp_path: Path, tiny_run: Path, capsys) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("data"))
+    assert main(["plot", "masks", "--run", str(run), "--out", str(tmp_path / "m.png")]) == 2
+    assert f"no valid or train text found (looked for {run / 'data' / 'valid.src'}" in capsys.readouterr().err
+    assert main(["plot", "heads", str(run), "--out", str(tmp_path / "h.png")]) == 2
+    assert "no valid text found" in capsys.readouterr().err

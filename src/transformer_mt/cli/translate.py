@@ -221,10 +221,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(f"chrF = {scores.chrf:.2f}  {scores.chrf_signature}")
     if scores.bleu_lc_tok is not None:
         print(f"BLEU (lowercased, 13a-tokenized) = {scores.bleu_lc_tok:.2f}")
+    precision = resolve_precision(settings.precision, translator.device)
     log.info("%d sentences, beam %d, %s precision, %s checkpoint, %.1f s", len(sources), settings.beam,
-             resolve_precision(settings.precision, translator.device), args.checkpoint, seconds)
+             precision, args.checkpoint, seconds)
     if args.json:
-        print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": settings.beam,
-                          "precision": resolve_precision(settings.precision, translator.device),
+        print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": settings.beam, "precision": precision,
                           "checkpoint": args.checkpoint, "seconds": round(seconds, 2)}))
     return 0

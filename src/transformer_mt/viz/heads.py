@@ -17,7 +17,6 @@ from matplotlib.figure import Figure
 
 from transformer_mt.data.corpus import read_parallel
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer_mt.errors import UserError
 from transformer_mt.evaluation import score
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.runs import RunDir
@@ -38,16 +37,7 @@ class HeadStats:
 
 def validation_pairs(run: str | Path, limit: int) -> tuple[list[str], list[str]]:
     """Up to `limit` validation pairs of a run (its generated task's, or data.valid_*)."""
-    run_dir = RunDir(Path(run)).require()
-    cfg = run_dir.read_config()
-    paths = [(run_dir.data / "valid.src", run_dir.data / "valid.tgt")]
-    if cfg.data.valid_src:
-        paths.append((Path(cfg.data.valid_src), Path(cfg.data.valid_tgt)))
-    found = next((pair for pair in paths if pair[0].is_file() and pair[1].is_file()), None)
-    if found is None:
-        raise UserError(f"{run}: no validation files found (looked for {', '.join(str(p[0]) for p in paths)}; "
-                        "relative paths of config.yaml count from the current folder)")
-    corpus = read_parallel(*found)
+    corpus = read_parallel(*RunDir(Path(run)).require().text_files(("valid",)))
     return corpus.src[:limit], corpus.tgt[:limit]
 
 

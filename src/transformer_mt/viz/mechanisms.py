@@ -15,7 +15,6 @@ from matplotlib.ticker import MaxNLocator
 
 from transformer_mt.data.corpus import read_lines
 from transformer_mt.data.tasks import number_pair
-from transformer_mt.errors import UserError
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.masks import padding_mask, subsequent_mask
 from transformer_mt.training.loss import smoothed_distribution
@@ -107,13 +106,7 @@ def mask_batch(run: str | Path | None, size: int) -> PieceBatch:
         numbers = (7, 342, 90018, 21, 600, 1999, 55, 4)
         return PieceBatch([number_pair(n)[0].split() + ["</s>"] for n in (numbers * size)[:size]])
     run_dir = RunDir(Path(run)).require()
-    cfg = run_dir.read_config()
-    candidates = [run_dir.data / "valid.src", run_dir.data / "train.src"]
-    candidates += [Path(p) for p in (cfg.data.valid_src, cfg.data.train_src) if p]
-    source = next((p for p in candidates if p.is_file()), None)
-    if source is None:
-        raise UserError(f"{run}: no source text found (looked for {', '.join(map(str, candidates))}; "
-                        "relative paths of config.yaml count from the current folder)")
+    source, _ = run_dir.text_files(("valid", "train"))
     lines = [line for line in read_lines(source)[: 50 * size] if line.strip()][:size]
     tokenizer = run_dir.read_tokenizer()
     return PieceBatch([tokenizer.pieces(line)[:40] + ["</s>"] for line in lines])
