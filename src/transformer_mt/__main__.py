@@ -2,4 +2,5 @@
 
 from transformer_mt.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when a worker process started with "spawn" imports this module
+    raise SystemExit(main())

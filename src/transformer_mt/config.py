@@ -106,6 +106,7 @@ class DataConfig:
     test_tgt: str = ""
     vocab_size: int = 8000
     vocab_type: str = "bpe"
+    vocab_sample: int = 2_000_000
     max_tokens: int = 4096
     max_len: int = 250
     max_len_ratio: float = 3.0
@@ -115,6 +116,7 @@ class DataConfig:
         _require(self.task_size >= 10, "data.task_size", "must be at least 10")
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
         _require(self.vocab_type in ("bpe", "unigram"), "data.vocab_type", "must be 'bpe' or 'unigram'")
+        _require(self.vocab_sample >= 2, "data.vocab_sample", "must be at least 2 (sentences)")
         _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
         _require(self.max_len_ratio >= 1.0, "data.max_len_ratio", "must be >= 1")

@@ -8,6 +8,8 @@ design.md). Training writes a run, translation, the server and the plots read it
     runs/NAME/average.safetensors    `transformer-mt average` output
     runs/NAME/metrics.jsonl          one JSON object per log / validation event
     runs/NAME/tensorboard/           event files
+    runs/NAME/data/                  the corpus of a built-in task (numbers, copy)
+    runs/NAME/prepared/              the training data encoded once, memory-mapped (data/prepare.py)
 
 Every write goes through `files.atomic_open` / `atomic_path`: a process killed mid-save
 leaves the old files intact. Loading uses `torch.load(weights_only=True)` and
@@ -73,6 +75,10 @@ class RunDir:
     @property
     def data(self) -> Path:
         return self.root / "data"
+
+    @property
+    def prepared(self) -> Path:
+        return self.root / "prepared"
 
     def require(self) -> "RunDir":
         """Check the files every consumer of a trained run needs."""

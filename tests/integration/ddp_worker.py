@@ -1,7 +1,8 @@
 """Run by tests/integration/test_ddp.py under torchrun: train, then save this rank's weights.
 
 Rank 0 also records what a single-process reference needs to replay the run: the
-weights training starts from and the encoded training pairs the batches are cut from."""
+weights training starts from and the encoded training pairs the batches are cut from.
+Every rank records which files its training arrays are memory-mapped from."""
 
 import json
 import os
@@ -22,10 +23,14 @@ start_training = Trainer.train
 
 
 def record_then_train(self: Trainer):
+    mapped = {"src": str(self.data.train_src.ids.filename), "tgt": str(self.data.train_tgt.ids.filename),
+              "maps": [line.split()[-1] for line in open("/proc/self/maps") if ".ids" in line]}
+    with open(os.path.join(out, f"rank{self.rank}_data.json"), "w", encoding="utf-8") as handle:
+        json.dump(mapped, handle)
     if self.rank == 0:
         torch.save(self.model.state_dict(), os.path.join(out, "initial.pt"))
         with open(os.path.join(out, "train_data.json"), "w", encoding="utf-8") as handle:
-            json.dump({"src": self.data.train_src, "tgt": self.data.train_tgt}, handle)
+            json.dump({"src": self.data.train_src.tolist(), "tgt": self.data.train_tgt.tolist()}, handle)
     return start_training(self)
 
 

@@ -88,6 +88,12 @@ def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_p
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     saved = torch.load(tmp_path / "run" / "checkpoints" / f"step_{STEPS}.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], rank0[k]) for k in rank0)
+    # both ranks map the one copy of the data rank 0 prepared (shared through the page cache)
+    mapped = [json.loads((tmp_path / f"rank{r}_data.json").read_text()) for r in range(WORLD_SIZE)]
+    prepared = (tmp_path / "run" / "prepared").resolve()
+    for rank in mapped:
+        assert rank["src"] == str(prepared / "train.src.ids") and rank["tgt"] == str(prepared / "train.tgt.ids")
+        assert str(prepared / "train.src.ids") in rank["maps"]
 
     cfg = load_config(tmp_path / "run" / "config.yaml")
     assert cfg.model.dropout == 0.0 and cfg.train.accumulate == 1 and cfg.train.clip_norm == 0

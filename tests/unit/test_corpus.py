@@ -6,10 +6,11 @@ import gzip
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from transformer_mt.data.corpus import CorpusError, read_lines, read_parallel
-from transformer_mt.data.dataset import filter_pairs
+from transformer_mt.data.prepare import keep_mask
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -57,7 +58,7 @@ def test_empty_lines_are_skipped_and_counted(tmp_path: Path, caplog: pytest.LogC
 
 
 def test_length_and_ratio_filter() -> None:
-    src = [[1] * 3, [1] * 30, [1] * 2, [1] * 4]
-    tgt = [[1] * 4, [1] * 3, [1] * 20, [1] * 4]
-    kept_src, kept_tgt, dropped = filter_pairs(src, tgt, max_len=25, max_ratio=3.0)
-    assert dropped == 2 and kept_src == [[1] * 3, [1] * 4] and kept_tgt == [[1] * 4, [1] * 4]
+    # too long (30 > 25), ratio 10 > 3, exactly at both limits (25 and 25/9 < 3), ratio 3 with a 0
+    src = np.array([3, 30, 2, 25, 4, 0])
+    tgt = np.array([4, 3, 20, 9, 4, 3])
+    assert keep_mask(src, tgt, max_len=25, max_ratio=3.0).tolist() == [True, False, False, True, True, True]

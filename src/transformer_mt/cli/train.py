@@ -33,6 +33,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--run", required=True, help="run directory (created, or resumed if it exists)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=run_train, overrides=[])
+    prepare = subparsers.add_parser(
+        "prepare", help="train the vocabulary and encode the training data once (train does it on first use)",
+        description="Stream the corpus of CONFIG, train RUN's joint vocabulary on a sample of it, encode every "
+                    "pair on all cores into memory-mapped arrays (RUN/prepared/) and write RUN/config.yaml; "
+                    "`train --run RUN` (one process or many) then starts at once. On an existing RUN, check "
+                    "that its prepared data still matches its corpus files.",
+    )
+    prepare.add_argument("config", nargs="?", help="YAML config or preset; omit for an existing RUN")
+    prepare.add_argument("--run", required=True, help="run directory (created)")
+    prepare.add_argument("--no-progress", action="store_true", help="no progress bar")
+    prepare.set_defaults(func=run_prepare, overrides=[])
+
     vocab = subparsers.add_parser(
         "vocab", help="train the joint sentencepiece vocabulary of a run (train does this too)",
         description="Train one sentencepiece model on both sides of the training data of CONFIG "
@@ -51,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     average.add_argument("--last", type=positive_int, default=5, help="how many checkpoints (default 5)")
     average.set_defaults(func=run_average)
 
-    for parser in (demo, train, vocab):
+    for parser in (demo, train, prepare, vocab):
         parser.epilog = "Any --section.key=value overrides a config key, e.g. --train.max_steps=100."
 
 
@@ -69,6 +81,16 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, split_overrides(args.overrides)) if args.config else None
     state = fit(cfg, args.run, progress=not args.no_progress).state
     log.info("finished at step %d after %.0f s of training", state.step, state.train_seconds)
+    return 0
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from transformer_mt.training import prepare_run
+
+    cfg = load_config(args.config, split_overrides(args.overrides)) if args.config else None
+    data = prepare_run(cfg, args.run, progress=not args.no_progress)
+    log.info("%s: %d training pairs (%d filtered), %d validation pairs, ready to train", RunDir(Path(args.run)).prepared,
+             len(data.train_src), data.filtered, len(data.valid_src))
     return 0
 
 

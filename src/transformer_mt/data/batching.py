@@ -4,12 +4,16 @@
 A batch's size is counted in padded positions: (longest side + 1) x sentences, the +1
 for eos (source, target output) or bos (target input), so no batch's tensors exceed
 max_tokens. Sorting by length keeps padding low; the order of batches is shuffled from
-(seed, epoch) alone, so a resumed run sees exactly the batches it would have seen."""
+(seed, epoch) alone, so a resumed run sees exactly the batches it would have seen.
+
+Sentences are `Sequences`: one flat array of ids plus offsets, memory-mapped from the
+prepared data (data/prepare.py), so a corpus of millions of pairs costs a process only
+its length arrays and the batch plan (numpy), never a Python list per sentence."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -32,26 +36,88 @@ class Batch:
         return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.n_tokens)
 
 
-def pad_sequences(seqs: list[list[int]], pad_id: int = PAD_ID) -> torch.Tensor:
-    """Lists of ids -> (B, longest) LongTensor, padded on the right."""
-    out = torch.full((len(seqs), max((len(s) for s in seqs), default=0)), pad_id, dtype=torch.long)
+class Sequences:
+    """Variable-length id sequences stored flat: sequence i is ids[offsets[i]:offsets[i+1]].
+
+    `ids` and `offsets` may be numpy memmaps (shared by every process through the page
+    cache) or ordinary arrays (`Sequences.from_lists`, for tests and small data)."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        self.ids, self.offsets = ids, offsets
+
+    @classmethod
+    def from_lists(cls, seqs: Sequence[Sequence[int]]) -> "Sequences":
+        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        ids = np.fromiter((i for s in seqs for i in s), dtype=np.int64, count=int(offsets[-1]))
+        return cls(ids, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        """(N,) int32: the length of every sequence."""
+        return np.diff(self.offsets).astype(np.int32)
+
+    def tolist(self) -> list[list[int]]:
+        return [self[i].tolist() for i in range(len(self))]
+
+
+def as_sequences(seqs: "Sequences | Sequence[Sequence[int]]") -> Sequences:
+    return seqs if isinstance(seqs, Sequences) else Sequences.from_lists(seqs)
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID, before: int | None = None,
+                  after: int | None = None) -> torch.Tensor:
+    """Id sequences -> (B, longest) LongTensor, padded on the right; `before`/`after`
+    put one extra id (bos / eos) in front of / behind every sequence."""
+    extra = (before is not None) + (after is not None)
+    out = np.full((len(seqs), max((len(s) for s in seqs), default=0) + extra), pad_id, dtype=np.int64)
+    start = int(before is not None)
     for row, seq in enumerate(seqs):
-        out[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-    return out
+        out[row, start : start + len(seq)] = seq
+        if before is not None:
+            out[row, 0] = before
+        if after is not None:
+            out[row, start + len(seq)] = after
+    return torch.from_numpy(out)
 
 
-def collate(src: list[list[int]], tgt: list[list[int]]) -> Batch:
+def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]]) -> Batch:
     """Subword ids of a batch of pairs -> padded tensors for teacher forcing."""
-    source = pad_sequences([s + [EOS_ID] for s in src])
-    tgt_out = pad_sequences([t + [EOS_ID] for t in tgt])
-    tgt_in = pad_sequences([[BOS_ID] + t for t in tgt])
+    source = pad_sequences(src, after=EOS_ID)
+    tgt_out = pad_sequences(tgt, after=EOS_ID)
+    tgt_in = pad_sequences(tgt, before=BOS_ID)
     return Batch(source, tgt_in, tgt_out, int((tgt_out != PAD_ID).sum()))
 
 
-def batch_indices(
-    src_lens: list[int], tgt_lens: list[int], max_tokens: int, seed: int = 0, epoch: int = 0
-) -> list[list[int]]:
-    """Indices of the examples cut into batches; every index exactly once.
+@dataclass
+class BatchPlan:
+    """An epoch's batches as arrays: batch b holds the examples order[bounds[b]:bounds[b+1]],
+    and `shuffled` is the order in which the batches are taken."""
+
+    order: np.ndarray
+    bounds: np.ndarray
+    shuffled: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.shuffled)
+
+    def batch(self, b: int) -> np.ndarray:
+        return self.order[self.bounds[b] : self.bounds[b + 1]]
+
+    def batches(self) -> list[list[int]]:
+        """Every batch as a list of example indices, in the order they are taken."""
+        return [self.batch(b).tolist() for b in self.shuffled.tolist()]
+
+
+def plan_batches(
+    src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int, seed: int = 0, epoch: int = 0
+) -> BatchPlan:
+    """Cut the examples into batches; every index exactly once.
 
     Examples are sorted by (target length, source length), ties broken at random, then
     cut greedily so that (longest side + 1) x batch size <= max_tokens (an example
@@ -60,22 +126,28 @@ def batch_indices(
     src = np.asarray(src_lens, dtype=np.int64) + 1
     tgt = np.asarray(tgt_lens, dtype=np.int64) + 1
     order = np.lexsort((rng.random(len(src)), src, tgt))
-    sizes = np.maximum(src, tgt)[order].tolist()
-    batches: list[list[int]] = []
-    current: list[int] = []
-    width = 0
-    for i, size in zip(order.tolist(), sizes):
-        if current and max(width, size) * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, width = [], 0
-        current.append(i)
+    sizes = np.maximum(src, tgt)[order].tolist()  # lengths < 257 are cached ints: 8 bytes each
+    bounds = [0]
+    width = count = 0
+    for position, size in enumerate(sizes):
+        if count and max(width, size) * (count + 1) > max_tokens:
+            bounds.append(position)
+            width = count = 0
+        count += 1
         width = max(width, size)
-    if current:
-        batches.append(current)
-    return [batches[j] for j in rng.permutation(len(batches)).tolist()]
+    bounds.append(len(sizes))
+    shuffled = rng.permutation(len(bounds) - 1)
+    return BatchPlan(order.astype(np.int32 if len(order) < 2**31 else np.int64), np.asarray(bounds), shuffled)
 
 
-def padding_fraction(batches: list[list[int]], src_lens: list[int], tgt_lens: list[int]) -> float:
+def batch_indices(
+    src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int, seed: int = 0, epoch: int = 0
+) -> list[list[int]]:
+    """`plan_batches` as lists of example indices, in the order they are taken."""
+    return plan_batches(src_lens, tgt_lens, max_tokens, seed, epoch).batches()
+
+
+def padding_fraction(batches: list[list[int]], src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
     """Share of padded positions among all positions of source and target tensors."""
     real = padded = 0
     for batch in batches:
@@ -98,42 +170,45 @@ class BatchStream:
 
     def __init__(
         self,
-        src: list[list[int]],
-        tgt: list[list[int]],
+        src: Sequences | Sequence[Sequence[int]],
+        tgt: Sequences | Sequence[Sequence[int]],
         max_tokens: int,
         seed: int,
         rank: int = 0,
         world_size: int = 1,
         accumulate: int = 1,
     ) -> None:
-        if not src:
+        self.src, self.tgt = as_sequences(src), as_sequences(tgt)
+        if len(self.src) == 0:
             raise ValueError("BatchStream needs at least one example")
-        self.src, self.tgt, self.max_tokens, self.seed = src, tgt, max_tokens, seed
+        self.max_tokens, self.seed = max_tokens, seed
         self.rank, self.world_size, self.accumulate = rank, world_size, accumulate
-        self.src_lens, self.tgt_lens = [len(s) for s in src], [len(t) for t in tgt]
+        self.src_lens, self.tgt_lens = self.src.lengths(), self.tgt.lengths()
         self.epoch, self.position = 0, 0
-        self._batches = self._epoch_batches(0)
+        self._plan, self._taken = self._epoch_batches(0)
 
-    def _epoch_batches(self, epoch: int) -> list[list[int]]:
-        batches = batch_indices(self.src_lens, self.tgt_lens, self.max_tokens, self.seed, epoch)
+    def _epoch_batches(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
+        """The epoch's plan and the batches of it this rank takes, in order."""
+        plan = plan_batches(self.src_lens, self.tgt_lens, self.max_tokens, self.seed, epoch)
         step, k = self.world_size * self.accumulate, self.accumulate
-        usable = max(step, len(batches) // step * step)
-        return [batches[(start + self.rank * k + j) % len(batches)]
-                for start in range(0, usable, step) for j in range(k)]
+        usable = max(step, len(plan) // step * step)
+        starts = np.arange(0, usable, step)[:, None] + self.rank * k + np.arange(k)[None, :]
+        return plan, plan.shuffled[starts.reshape(-1) % len(plan)]
 
     def __len__(self) -> int:
         """Batches per epoch (of this rank)."""
-        return len(self._batches)
+        return len(self._taken)
 
     def padding_fraction(self) -> float:
-        return padding_fraction(self._batches, self.src_lens, self.tgt_lens)
+        batches = [self._plan.batch(b).tolist() for b in self._taken.tolist()]
+        return padding_fraction(batches, self.src_lens, self.tgt_lens)
 
     def next_indices(self) -> list[int]:
         """The example indices of the next batch (moves the stream on)."""
-        if self.position >= len(self._batches):
+        if self.position >= len(self._taken):
             self.epoch, self.position = self.epoch + 1, 0
-            self._batches = self._epoch_batches(self.epoch)
-        indices = self._batches[self.position]
+            self._plan, self._taken = self._epoch_batches(self.epoch)
+        indices = self._plan.batch(int(self._taken[self.position])).tolist()
         self.position += 1
         return indices
 
@@ -149,4 +224,4 @@ class BatchStream:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self._batches = self._epoch_batches(self.epoch)
+        self._plan, self._taken = self._epoch_batches(self.epoch)

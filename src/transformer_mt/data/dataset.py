@@ -1,19 +1,19 @@
-"""From a `data` config to what the trainer needs: corpus files (generated for a
-built-in task), the joint tokenizer, and encoded, filtered training pairs.
-
-Only training data is filtered (pairs longer than data.max_len subwords or with a
-length ratio above data.max_len_ratio are dropped and counted); validation pairs are all
-kept, and those longer than the model's positional table allows are truncated to it
-with a warning that counts them (as `translate` truncates long inputs)."""
+"""From a `data` config to the corpus files (generated for a built-in task) and the
+joint tokenizer, trained on a sample of the training text streamed from the files.
+prepare.py then encodes the files with it."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
+from typing import Iterator
+
+import numpy as np
 
 from transformer_mt.config import TASK_NAMES, ConfigError, DataConfig
-from transformer_mt.data.corpus import Corpus, CorpusError, read_parallel
+from transformer_mt.data.corpus import decode_line, iter_raw_lines, iter_raw_pairs, no_pairs_left
 from transformer_mt.data.tasks import task_paths, write_task
 from transformer_mt.data.tokenizer import Tokenizer
 
@@ -29,19 +29,6 @@ class CorpusPaths:
     train: PathPair
     valid: PathPair | None
     test: PathPair | None
-
-
-@dataclass
-class EncodedData:
-    """Subword ids of the training pairs (filtered) and of the validation pairs (not),
-    plus the validation text that BLEU is computed against."""
-
-    train_src: list[list[int]]
-    train_tgt: list[list[int]]
-    valid_src: list[list[int]]
-    valid_tgt: list[list[int]]
-    valid: Corpus | None
-    filtered: int
 
 
 def _pair(cfg: DataConfig, split: str) -> PathPair | None:
@@ -67,52 +54,45 @@ def corpus_paths(cfg: DataConfig, task_dir: Path, seed: int) -> CorpusPaths:
     return CorpusPaths(train, _pair(cfg, "valid"), _pair(cfg, "test"))
 
 
-def load_or_train_tokenizer(cfg: DataConfig, train_text: Corpus, path: Path, seed: int) -> Tokenizer:
+def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: int) -> Tokenizer:
     """The run's tokenizer: loaded if the run has one, else trained on both sides of
-    the training text (one joint vocabulary) and saved at `path`."""
+    the training text (one joint vocabulary) and saved at `path`. A corpus of more than
+    data.vocab_sample sentences is sampled (pairs drawn from the seed, streamed from the
+    files): the vocabulary of 2M sentences is as good as that of 9M, at a fraction of the memory."""
     if path.is_file():
         return Tokenizer.load(path)
-    log.info("training a %d-piece %s vocabulary on %d sentence pairs", cfg.vocab_size, cfg.vocab_type, len(train_text))
-    return Tokenizer.train(train_text.src + train_text.tgt, path, cfg.vocab_size, cfg.vocab_type, seed)
+    kept = nonempty_pairs(train)
+    chosen = kept
+    if 2 * len(kept) > cfg.vocab_sample:
+        rng = np.random.default_rng(seed)
+        chosen = np.sort(rng.choice(kept, size=max(cfg.vocab_sample // 2, 1), replace=False))
+    log.info("training a %d-piece %s vocabulary on %d of %d sentence pairs", cfg.vocab_size, cfg.vocab_type,
+             len(chosen), len(kept))
+    sentences = chain(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen))
+    return Tokenizer.train(sentences, path, cfg.vocab_size, cfg.vocab_type, seed)
 
 
-def filter_pairs(
-    src: list[list[int]], tgt: list[list[int]], max_len: int, max_ratio: float
-) -> tuple[list[list[int]], list[list[int]], int]:
-    """Drop pairs with a side longer than max_len or a long/short length ratio above
-    max_ratio; returns (kept sources, kept targets, number dropped)."""
-    keep = [
-        i for i, (s, t) in enumerate(zip(src, tgt))
-        if max(len(s), len(t)) <= max_len and max(len(s), len(t)) <= max_ratio * max(min(len(s), len(t)), 1)
-    ]
-    return [src[i] for i in keep], [tgt[i] for i in keep], len(src) - len(keep)
+def nonempty_pairs(pair: PathPair) -> np.ndarray:
+    """Indices (from 0) of the lines where neither side is empty; validates both files
+    (UTF-8, equal line counts) as it streams them."""
+    def usable() -> Iterator[int]:
+        for number, (src, tgt) in enumerate(iter_raw_pairs(*pair), start=1):
+            if decode_line(src, number, str(pair[0])).strip() and decode_line(tgt, number, str(pair[1])).strip():
+                yield number - 1
+
+    kept = np.fromiter(usable(), dtype=np.int64)
+    if len(kept) == 0:
+        raise no_pairs_left(*pair, sum(1 for _ in iter_raw_lines(pair[0])))
+    return kept
 
 
-def truncate_long(seqs: list[list[int]], longest: int, name: str) -> list[list[int]]:
-    """Cut sequences to `longest` ids, with one warning that counts the cut ones."""
-    cut = sum(len(seq) > longest for seq in seqs)
-    if cut:
-        log.warning("%s: %d line(s) longer than %d subwords (model.max_positions - 1) truncated for validation",
-                    name, cut, longest)
-    return [seq[:longest] for seq in seqs]
-
-
-def encode_data(
-    cfg: DataConfig, paths: CorpusPaths, tokenizer: Tokenizer, train_text: Corpus, max_positions: int
-) -> EncodedData:
-    """Encode the training pairs (then filter them) and the validation pairs (each side
-    cut to max_positions - 1 subwords, the room left by eos or bos)."""
-    train_src, train_tgt, dropped = filter_pairs(
-        tokenizer.encode(train_text.src), tokenizer.encode(train_text.tgt), cfg.max_len, cfg.max_len_ratio
-    )
-    if not train_src:
-        raise CorpusError(f"{paths.train[0]}: every training pair was dropped by data.max_len={cfg.max_len} "
-                          f"or data.max_len_ratio={cfg.max_len_ratio}; raise them")
-    if dropped:
-        log.warning("dropped %d training pair(s) longer than %d subwords or with a length ratio above %g",
-                    dropped, cfg.max_len, cfg.max_len_ratio)
-    valid = read_parallel(*paths.valid) if paths.valid else None
-    longest = max_positions - 1
-    valid_src = truncate_long(tokenizer.encode(valid.src), longest, str(paths.valid[0])) if valid else []
-    valid_tgt = truncate_long(tokenizer.encode(valid.tgt), longest, str(paths.valid[1])) if valid else []
-    return EncodedData(train_src, train_tgt, valid_src, valid_tgt, valid, dropped)
+def sampled_lines(path: Path, chosen: np.ndarray) -> Iterator[str]:
+    """The lines of `path` whose indices (from 0, sorted) are in `chosen`, streaming."""
+    wanted = iter(chosen.tolist())
+    target = next(wanted, None)
+    for index, raw in enumerate(iter_raw_lines(path)):
+        if index == target:
+            yield decode_line(raw, index + 1, str(path))
+            target = next(wanted, None)
+            if target is None:
+                return

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Iterator
 
 from transformer_mt.config import Config, ConfigError, replace
-from transformer_mt.data.corpus import read_parallel
-from transformer_mt.data.dataset import EncodedData, corpus_paths, encode_data, load_or_train_tokenizer
+from transformer_mt.data.dataset import corpus_paths, load_or_train_tokenizer
+from transformer_mt.data.prepare import Limits, PreparedData, prepare_corpus, require_prepared
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.model.transformer import build_model
-from transformer_mt.runs import RunDir
+from transformer_mt.runs import RunDir, list_checkpoints
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
 from transformer_mt.training.trainer import Trainer, seed_everything
 
@@ -66,28 +66,41 @@ def train_vocabulary(cfg: Config, run: RunDir) -> Tokenizer:
     with removed_on_failure(run, active=True):
         run.root.mkdir(parents=True, exist_ok=True)
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-        return load_or_train_tokenizer(cfg.data, read_parallel(*paths.train), run.tokenizer, cfg.train.seed)
+        return load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer, cfg.train.seed)
 
 
-def prepare(cfg: Config, run: RunDir, ctx: DistributedContext) -> tuple[Config, Tokenizer, EncodedData]:
-    """Corpus, tokenizer and encoded data; rank 0 creates files, the others wait and read.
-    config.yaml is written last, once everything before it succeeded."""
+def prepare(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = False) -> tuple[
+        Config, Tokenizer, PreparedData]:
+    """Corpus, tokenizer and prepared (encoded, memory-mapped) data. Rank 0 creates the
+    files, the other ranks wait and map the same ones. config.yaml is written last, once
+    everything before it succeeded."""
+    limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1)
     if ctx.is_main:
         run.root.mkdir(parents=True, exist_ok=True)
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-        train_text = read_parallel(*paths.train)
-        tokenizer = load_or_train_tokenizer(cfg.data, train_text, run.tokenizer, cfg.train.seed)
+        tokenizer = load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer, cfg.train.seed)
+        data = prepare_corpus(paths, run.tokenizer, len(tokenizer), run.prepared, limits,
+                              may_rebuild=not list_checkpoints(run.checkpoints), progress=progress)
     barrier(ctx)
     if not ctx.is_main:
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-        train_text = read_parallel(*paths.train)
         tokenizer = run.read_tokenizer()
+        data = require_prepared(paths, run.tokenizer, run.prepared, limits)
     vocab = len(tokenizer)
     cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab))
-    data = encode_data(cfg.data, paths, tokenizer, train_text, cfg.model.max_positions)
     if ctx.is_main and not run.config.is_file():
         run.write_config(cfg)
     return cfg, tokenizer, data
+
+
+def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> PreparedData:
+    """What `train` does before its first step, alone (`transformer-mt prepare`): the
+    vocabulary, the prepared data and config.yaml of a new run, so that training (on one
+    process or many) starts at once. On an existing run it checks the data is current."""
+    run = RunDir(Path(run_dir))
+    cfg = resolve_run_config(cfg, run)
+    with removed_on_failure(run, active=not run.config.is_file()):
+        return prepare(cfg, run, DistributedContext(), progress)[2]
 
 
 def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:
@@ -99,7 +112,7 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
     ctx, device = setup_distributed(cfg.train.device)
     try:
         with removed_on_failure(run, active=new_run and ctx.is_main):
-            cfg, tokenizer, data = prepare(cfg, run, ctx)
+            cfg, tokenizer, data = prepare(cfg, run, ctx, progress)
             seed_everything(cfg.train.seed)
             trainer = Trainer(cfg, run, build_model(cfg.model), tokenizer, data, device, ctx.rank,
                               ctx.world_size, progress)

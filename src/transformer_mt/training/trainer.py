@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from transformer_mt.config import Config
 from transformer_mt.data.batching import Batch, BatchStream
-from transformer_mt.data.dataset import EncodedData
+from transformer_mt.data.prepare import PreparedData
 from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
 from transformer_mt.device import autocast, resolve_precision
 from transformer_mt.errors import TrainingDiverged
@@ -112,7 +112,7 @@ class Trainer:
         run: RunDir,
         model: EncoderDecoder,
         tokenizer: Tokenizer,
-        data: EncodedData,
+        data: PreparedData,
         device: torch.device,
         rank: int = 0,
         world_size: int = 1,
