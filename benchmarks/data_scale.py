@@ -7,8 +7,9 @@ joined, drawn at random: realistic words and lengths, ~10k-word vocabularies), t
      the whole process tree (the main process and its encoding workers, summed);
   2. `transformer-mt train` on the prepared run, one process: seconds from start to the
      first logged step, and its private (anonymous) memory at the end of training;
-  3. the same with two processes under torchrun (private memory of each rank);
-  4. for comparison, 1. and 2. on Multi30k itself (29,000 pairs).
+  3. `train` again on the finished run: how long a resume takes to be ready (it then stops);
+  4. the same with two processes under torchrun (private memory of each rank);
+  5. for comparison, 1. to 3. on Multi30k itself (29,000 pairs).
 
     python benchmarks/data_scale.py --pairs 4500000 --json
 
@@ -134,6 +135,8 @@ def measure(folder: Path, train: tuple[Path, Path], work: Path, two_processes: b
         subprocess.run(["cp", "-al", str(run), str(work / "run2")], check=True)
     trained = watch(cli("train", "--run", str(run), "--no-progress"), run / "metrics.jsonl")
     result.update(first_step_seconds=trained["first_step_seconds"], train_private_mb=max(trained["private_mb"]))
+    # a resume of the finished run: start, map the data, plan the epoch, load the checkpoint, stop
+    result["resume_seconds"] = watch(cli("train", "--run", str(run), "--no-progress"))["seconds"]
     if two_processes:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                    "-m", "transformer_mt", "--", "-q", "train", "--run", str(work / "run2"), "--no-progress"]
@@ -173,12 +176,13 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
     rows = [("prepare seconds", "prepare_seconds"), ("prepare peak RSS MB (tree)", "prepare_peak_rss_mb"),
             ("first step seconds (1 proc)", "first_step_seconds"), ("private MB (1 proc)", "train_private_mb"),
+            ("resume of a finished run, seconds", "resume_seconds"),
             ("first step seconds (2 proc)", "first_step_seconds_2proc"),
             ("private MB per rank (2 proc)", "train_private_mb_per_rank_2proc")]
-    print(f"{'':30} {args.pairs:>14,} {'Multi30k 29,000':>16}")
+    print(f"{'':34} {args.pairs:>14,} {'Multi30k 29,000':>16}")
     for label, key in rows:
         value = lambda d: f"{d[key]:,.1f}" if d.get(key) is not None else "-"  # noqa: E731
-        print(f"{label:30} {value(big):>14} {value(small):>16}")
+        print(f"{label:34} {value(big):>14} {value(small):>16}")
     if args.json:
         summary = {"pairs": args.pairs, **{key: round(big[key], 1) for _, key in rows if big.get(key) is not None},
                    "multi30k_train_private_mb": round(small["train_private_mb"], 1)}

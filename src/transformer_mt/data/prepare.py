@@ -33,7 +33,7 @@ import numpy as np
 import sentencepiece as spm
 from tqdm import tqdm
 
-from transformer_mt.data.batching import Sequences
+from transformer_mt.data.sequences import Sequences
 from transformer_mt.data.corpus import Corpus, CorpusError, decode_line, iter_raw_pairs, no_pairs_left, open_lines
 from transformer_mt.data.corpus import read_parallel, warn_skipped
 from transformer_mt.data.dataset import CorpusPaths, PathPair
