@@ -269,13 +269,13 @@ def test_two_launchers_on_localhost_train_as_two_processes_on_one_node(tmp_path:
     machine: the same weights as 2 processes on one node."""
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     args = ["train", "tiny", "--no-progress", "--train.max_steps=4", "--train.valid_every=4", "--data.task_size=400",
             "--train.device=cpu", "--model.dropout=0.0", "--train.precision=fp32"]
     single = torchrun(*args, "--run", str(tmp_path / "single"))
     assert single.returncode == 0, single.stderr[-3000:]
+    with socket.socket() as sock:  # chosen after the run above, whose own rendezvous takes a free port too
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
                "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "-m", "transformer_mt", "--",
                *args, "--run", str(tmp_path / "nodes")]
@@ -287,7 +287,7 @@ def test_two_launchers_on_localhost_train_as_two_processes_on_one_node(tmp_path:
     finally:
         for node in nodes:
             node.kill() if node.poll() is None else None
-    assert all(node.returncode == 0 for node in nodes), outputs
+    assert all(node.returncode == 0 for node in nodes), [output[-3000:] for output in outputs]
     a = torch.load(tmp_path / "single" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "nodes" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
