@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from transformer_mt.config import ConfigError, DecodeConfig, replace
 from transformer_mt.data.batching import pad_sequences
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, Tokenizer
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID, Tokenizer
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode, max_lengths
+from transformer_mt.decoding.trace import Trace, trace_beam_search
 from transformer_mt.device import autocast, resolve_device, resolve_precision
 from transformer_mt.errors import UserError
 from transformer_mt.model.masks import padding_mask
@@ -259,6 +261,32 @@ class Translator:
     def _hypothesis(self, ids: list[int], score: float, finished: bool) -> Hypothesis:
         return Hypothesis(self.tokenizer.decode([ids])[0], self.tokenizer.id_to_piece(ids), ids, score, finished)
 
+    # ---- step by step ------------------------------------------------------------------
+    def steps(self, sentence: str, settings: DecodeConfig | None = None, top_k: int = 5,
+              prefix: list[str] | None = None) -> Trace:
+        """The beam search of one sentence step by step (decoding/trace.py), after the
+        forced target subwords `prefix` (pieces, as `Hypothesis.tokens` gives them).
+        Without a prefix it ends with the translation `search` gives with `settings`.
+        Not thread-safe: it switches the shared model's stored attention."""
+        settings = settings if settings is not None else self.defaults
+        src_ids = self._encode([sentence])[0]
+        if not src_ids:
+            raise UserError("the sentence to decode is empty")
+        forced = [self._piece_id(piece) for piece in prefix or []]
+        limit = int(max_lengths(torch.tensor([len(src_ids) + 1]), settings.max_len_a, settings.max_len_b)
+                    .clamp(max=self.max_source))
+        src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
+        with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
+            return trace_beam_search(self.model, src, settings.beam, limit, BOS_ID, EOS_ID, PAD_ID,
+                                     settings.length_penalty, top_k, forced)
+
+    def _piece_id(self, piece: str) -> int:
+        """The id of a target subword a user forces; unknown pieces and specials are refused."""
+        found = self.tokenizer.sp.PieceToId(piece)
+        if found in SPECIAL_IDS or (found == UNK_ID and piece != self.tokenizer.sp.IdToPiece(UNK_ID)):
+            raise UserError(f"prefix token {piece!r} is not a subword of this model's vocabulary")
+        return found
+
     # ---- attention ---------------------------------------------------------------------
     def attention(self, sentence: str, hypothesis: Hypothesis | None = None,
                   settings: DecodeConfig | None = None) -> AttentionMaps:
@@ -268,6 +296,35 @@ class Translator:
         by a batched search: its very ids, not a re-tokenisation of its text), else the
         best hypothesis of `settings` (default: the translator's defaults).
         Not thread-safe: it switches the shared model's `store_attention`."""
+        with self._forced_pass(sentence, hypothesis, settings) as maps:
+            return maps
+
+    def explain(self, sentence: str, hypothesis: Hypothesis, kind: str, layer: int, head: int,
+                query: int) -> dict[str, Any]:
+        """Equation 1 for one query of one head, with the numbers of this sentence:
+        q.k_j for every key j, divided by sqrt(d_k), the mask, and the softmax of the row
+        (which equals the weights `attention` shows). layer, head, query count from 0."""
+        with self._forced_pass(sentence, hypothesis, None) as maps:
+            maps.check_layer_head(layer + 1, head + 1)
+            stack = self.model.encoder.layers if kind == "encoder" else self.model.decoder.layers
+            module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn
+            q, k, mask = module.attn_inputs
+            rows, columns, _, _ = maps.labels(kind)
+            if not 0 <= query < q.size(2):
+                raise UserError(f"query must be between 0 and {q.size(2) - 1}, got {query}")
+            dot = (k[0, head].float() @ q[0, head, query].float()).cpu()  # (Tk,)
+            scaled = dot / module.d_k**0.5
+            allowed = (torch.ones_like(dot, dtype=torch.bool) if mask is None
+                       else mask.expand(1, module.n_heads, q.size(2), k.size(2))[0, head, query].cpu())
+            weights = scaled.masked_fill(~allowed, float("-inf")).softmax(-1)
+        return {"d_k": module.d_k, "sqrt_d_k": module.d_k**0.5, "query_token": rows[query], "key_tokens": columns,
+                "dot": dot.tolist(), "scaled": scaled.tolist(), "mask": allowed.tolist(), "weights": weights.tolist()}
+
+    @contextmanager
+    def _forced_pass(self, sentence: str, hypothesis: Hypothesis | None,
+                     settings: DecodeConfig | None) -> Iterator[AttentionMaps]:
+        """Run the teacher-forced pass of `attention`; inside the block the modules still
+        hold what they stored (weights and the q, k, mask of equation 1)."""
         src_ids = self._encode([sentence])[0]
         if not src_ids:
             raise UserError("the sentence to show attention for is empty")
@@ -285,11 +342,19 @@ class Translator:
             encoder = _stored_attention([layer.self_attn for layer in layers["encoder"]])
             decoder = _stored_attention([layer.self_attn for layer in layers["decoder"]])
             cross = _stored_attention([layer.src_attn for layer in layers["decoder"]])
+            pieces = self.tokenizer.id_to_piece
+            yield AttentionMaps(pieces(src[0].tolist()), pieces(tgt_in[0].tolist()), pieces(output),
+                                hypothesis.text, encoder, decoder, cross)
         finally:
             self.model.set_store_attention(False)
-        pieces = self.tokenizer.id_to_piece
-        return AttentionMaps(pieces(src[0].tolist()), pieces(tgt_in[0].tolist()), pieces(output),
-                             hypothesis.text, encoder, decoder, cross)
+
+    def hypothesis_of(self, pieces: list[str]) -> Hypothesis:
+        """The output given as subword pieces (as `Hypothesis.tokens`, optionally ending
+        with </s>), for showing its attention."""
+        eos = self.tokenizer.sp.IdToPiece(EOS_ID)
+        finished = bool(pieces) and pieces[-1] == eos
+        ids = [self._piece_id(piece) for piece in (pieces[:-1] if finished else pieces)]
+        return self._hypothesis(ids, 0.0, finished)
 
 
 def _stored_attention(modules: list[torch.nn.Module]) -> torch.Tensor:

@@ -47,7 +47,7 @@ def reorder_self_attention(cache: DecoderCache, rows: torch.Tensor) -> None:
                 part[key] = tensor.index_select(0, rows)
 
 
-class _Search:
+class BeamState:
     """The state of one batched beam search over A active sentences (A shrinks)."""
 
     def __init__(
@@ -90,6 +90,7 @@ class _Search:
             self._finish(top_scores, origin, token, finishing, length, alpha)
         # the k best candidates that did not emit eos stay open (at most k emitted eos)
         keep = (is_eos.long() * 2 * k + self.rank).argsort(dim=1)[:, :k]
+        self.last_step = (top_scores, origin, token, finishing, keep)  # for step-by-step traces
         self.scores = top_scores.gather(1, keep)
         rows = (origin.gather(1, keep) + self.first_row).view(-1)
         self.tokens = torch.cat([self.tokens.index_select(0, rows), token.gather(1, keep).view(-1, 1)], dim=1)
@@ -174,7 +175,7 @@ def beam_search(
     batch, device = src.size(0), src.device
     limits = torch.as_tensor(max_len, device=device).expand(batch) + 1  # + eos
     alpha = length_penalty
-    search = _Search(batch, beam, limits.clone(), bos_id, pad_id, device)
+    search = BeamState(batch, beam, limits.clone(), bos_id, pad_id, device)
     src_mask = padding_mask(src, pad_id)
     memory = model.encode(src, src_mask)
     cache = model.decoder.init_cache() if use_cache else None

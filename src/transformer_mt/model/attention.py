@@ -64,6 +64,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout)
         self.store_attention = False
         self.attn: torch.Tensor | None = None
+        self.attn_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
         self.head_mask: torch.Tensor | None = None  # (H,) multiplies each head's output: 0 silences it
 
     def reset_parameters(self) -> None:
@@ -129,6 +130,7 @@ class MultiHeadAttention(nn.Module):
             x, weights = attention(q, k, v, mask, self.dropout if self.training else None)
             if self.store_attention:
                 self.attn = weights
+                self.attn_inputs = (q, k, mask)  # what equation 1 was computed from, for explanations
         else:
             x = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=is_causal,

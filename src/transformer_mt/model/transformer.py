@@ -86,7 +86,7 @@ class EncoderDecoder(nn.Module):
         for module in self.modules():
             if isinstance(module, MultiHeadAttention):
                 module.store_attention = on
-                module.attn = None
+                module.attn = module.attn_inputs = None
 
 
 def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:

@@ -2,6 +2,9 @@
 
     GET  /                 the page: type a sentence, translate, see where each head looks
     POST /api/translate    {"text": "...", "beam": 4, "nbest": 2, "attention": true}
+    POST /api/steps        {"text": "...", "beam": 4, "top_k": 5, "prefix": ["▁Ein"]}: the beam search step by step
+    POST /api/explain      {"text": "...", "target_tokens": [...], "kind": "cross", "layer": 0, "head": 0,
+                            "query": 2}: equation 1 with the numbers of one query
     GET  /api/health       model sizes, device and request limits
     GET  /openapi.json     the OpenAPI description of the API
 
@@ -44,6 +47,76 @@ class TranslateRequest(BaseModel):
     attention: bool = Field(False, description="also return the cross-attention of each sentence")
 
 
+class StepsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"text": "forty-two", "beam": 4, "top_k": 5, "prefix": []}]})
+
+    text: str = Field(description="one sentence")
+    beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam")
+    top_k: int = Field(5, ge=1, le=50, description="next-token candidates shown per step")
+    prefix: list[str] = Field([], max_length=512, description="target subwords forced first (as returned in "
+                              "target_tokens / top_k), then the model continues")
+
+
+class TokenProb(BaseModel):
+    token: str
+    prob: float
+
+
+class ChosenOut(TokenProb):
+    from_: int = Field(alias="from", description="index of its parent among the previous step's kept hypotheses")
+
+
+class StepHypothesis(BaseModel):
+    tokens: list[str]
+    score: float = Field(description="summed log-probability; once finished, divided by the length penalty")
+    status: str = Field(description="kept (continues), finished (ended with </s>) or pruned (dropped)")
+    parent: int = Field(description="index of its parent among the previous step's kept hypotheses")
+
+
+class StepOut(BaseModel):
+    step: int
+    forced: bool = Field(description="a token of the forced prefix")
+    top_k: list[TokenProb] = Field(description="most probable next tokens of the best open hypothesis")
+    chosen: ChosenOut = Field(description="the best-scoring extension of this step")
+    cross_attention: list[list[list[float]]] = Field(description="[layer][head][source] of the best hypothesis' query")
+    hypotheses: list[StepHypothesis] = Field(description="the candidates of this step, best first")
+
+
+class StepsResponse(BaseModel):
+    source_tokens: list[str]
+    beam: int
+    top_k: int
+    prefix: list[str]
+    translation: str = Field(description="without a prefix: what /api/translate gives for this text and beam")
+    target_tokens: list[str]
+    score: float
+    steps: list[StepOut]
+    elapsed_ms: float
+
+
+class ExplainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="one sentence")
+    target_tokens: list[str] = Field(max_length=512, description="the output as /api/translate returned it")
+    kind: str = Field(description="encoder, decoder or cross")
+    layer: int = Field(ge=0, description="from 0")
+    head: int = Field(ge=0, description="from 0")
+    query: int = Field(ge=0, description="row of the attention map, from 0")
+
+
+class ExplainResponse(BaseModel):
+    d_k: int
+    sqrt_d_k: float
+    query_token: str
+    key_tokens: list[str]
+    dot: list[float] = Field(description="q . k_j for every key j")
+    scaled: list[float] = Field(description="q . k_j / sqrt(d_k)")
+    mask: list[bool] = Field(description="True = may attend")
+    weights: list[float] = Field(description="softmax of the masked, scaled row: the attention weights")
+
+
 class HypothesisOut(BaseModel):
     text: str
     score: float = Field(description="log-probability divided by the length penalty "
@@ -55,7 +128,10 @@ class AttentionOut(BaseModel):
     heads: int
     source_tokens: list[str] = Field(description="source subwords + </s> (columns)")
     target_tokens: list[str] = Field(description="produced subwords (+ </s>) (rows)")
+    decoder_input_tokens: list[str] = Field(description="<s> + produced subwords but the last: decoder self-attention axis")
     cross: list[list[list[list[float]]]] = Field(description="weights[layer][head][target][source]")
+    encoder: list[list[list[list[float]]]] = Field(description="weights[layer][head][source][source]")
+    decoder: list[list[list[list[float]]]] = Field(description="weights[layer][head][decoder input][decoder input]")
 
 
 class ResultOut(BaseModel):
@@ -107,6 +183,18 @@ def request_sentences(request: TranslateRequest, limits: Limits) -> list[str]:
     return sentences
 
 
+def one_sentence(text: str, limits: Limits) -> str:
+    """The one sentence of a steps or explain request (TooLarge -> 413, UserError -> 422)."""
+    sentence = text.strip()
+    if len(sentence) > limits.max_chars:
+        raise TooLarge(f"{len(sentence)} characters; at most {limits.max_chars} per request")
+    if not sentence:
+        raise UserError("nothing to decode: the text is empty")
+    if "\n" in sentence:
+        raise UserError("give one sentence (no line breaks)")
+    return sentence
+
+
 def create_app(service: TranslationService) -> FastAPI:
     """The FastAPI application around one shared TranslationService."""
     app = FastAPI(
@@ -127,6 +215,18 @@ def create_app(service: TranslationService) -> FastAPI:
     def translate(request: TranslateRequest) -> dict[str, Any]:
         sentences = request_sentences(request, limits)
         return service.translate(sentences, request.beam, request.nbest, request.attention)
+
+    @app.post("/api/steps", response_model=StepsResponse, response_model_by_alias=True,
+              summary="Decode one sentence step by step",
+              responses={413: {"description": "too many characters"}, 422: {"description": "invalid request"}})
+    def steps(request: StepsRequest) -> dict[str, Any]:
+        return service.steps(one_sentence(request.text, limits), request.beam, request.top_k, request.prefix)
+
+    @app.post("/api/explain", response_model=ExplainResponse, summary="Equation 1 for one query of one head",
+              responses={413: {"description": "too many characters"}, 422: {"description": "invalid request"}})
+    def explain(request: ExplainRequest) -> dict[str, Any]:
+        return service.explain(one_sentence(request.text, limits), request.target_tokens, request.kind,
+                               request.layer, request.head, request.query)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
-from transformer_mt.translator import AttentionMaps, Hypothesis, Translator, check_line, has_text
+from transformer_mt.data.tokenizer import EOS_ID, SPECIAL_IDS
+from transformer_mt.decoding.trace import Trace
+from transformer_mt.translator import ATTENTION_KINDS, AttentionMaps, Hypothesis, Translator, check_line, has_text
 
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
 MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests
@@ -163,9 +165,46 @@ class TranslationService:
         }
 
 
+    def steps(self, sentence: str, beam: int | None, top_k: int, prefix: list[str]) -> dict[str, Any]:
+        """The decoding of one sentence step by step (see server/app.py for the fields);
+        without a prefix its translation is the one `translate` gives with that beam."""
+        check_line(sentence, 1)
+        settings = self.settings(beam, 1)
+        start = time.perf_counter()
+        with self.lock:
+            self.requests += 1
+            trace = self.translator.steps(sentence, settings, top_k, prefix)
+        tokenizer = self.translator.tokenizer
+        output = [i for i in trace.ids if i not in SPECIAL_IDS]
+        return {
+            "source_tokens": tokenizer.pieces(sentence)[: self.translator.max_source] + tokenizer.id_to_piece([EOS_ID]),
+            "beam": settings.beam,
+            "top_k": top_k,
+            "prefix": prefix,
+            "translation": tokenizer.decode([output])[0],
+            "target_tokens": tokenizer.id_to_piece(trace.ids),
+            "score": trace.score,
+            "steps": steps_payload(trace, tokenizer.id_to_piece),
+            "elapsed_ms": round(1000 * (time.perf_counter() - start), 2),
+        }
+
+    def explain(self, sentence: str, target_tokens: list[str], kind: str, layer: int, head: int,
+                query: int) -> dict[str, Any]:
+        """Equation 1 opened up for one query of one head (Translator.explain)."""
+        check_line(sentence, 1)
+        if kind not in ATTENTION_KINDS:
+            raise UserError(f"kind must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
+        with self.lock:
+            self.requests += 1
+            hypothesis = self.translator.hypothesis_of(target_tokens)
+            return self.translator.explain(sentence, hypothesis, kind, layer, head, query)
+
+
 def attention_payload(maps: AttentionMaps | None) -> dict[str, Any] | None:
-    """Cross-attention as JSON: tokens of both axes and weights[layer][head][target][source]
-    (layers and heads from 0 here; the page shows them from 1)."""
+    """Every attention as JSON, weights[layer][head][query][key] (layers and heads from 0
+    here; the page shows them from 1): encoder self-attention over the source tokens,
+    decoder self-attention over the decoder input tokens (<s> + output[:-1]) and
+    cross-attention from the target tokens being produced to the source tokens."""
     if maps is None:
         return None
     return {
@@ -173,5 +212,21 @@ def attention_payload(maps: AttentionMaps | None) -> dict[str, Any] | None:
         "heads": maps.n_heads,
         "source_tokens": maps.source,
         "target_tokens": maps.target,
+        "decoder_input_tokens": maps.target_in,
         "cross": maps.cross.round(decimals=DECIMALS).tolist(),
+        "encoder": maps.encoder.round(decimals=DECIMALS).tolist(),
+        "decoder": maps.decoder.round(decimals=DECIMALS).tolist(),
     }
+
+
+def steps_payload(trace: Trace, pieces: Callable[[list[int]], list[str]]) -> list[dict[str, Any]]:
+    """The steps of a trace as JSON (token ids -> subword pieces)."""
+    return [{
+        "step": number,
+        "forced": step.forced,
+        "top_k": [{"token": token, "prob": round(prob, 6)} for token, prob in zip(pieces(step.top_ids), step.top_probs)],
+        "chosen": {"token": pieces([step.chosen])[0], "prob": round(step.chosen_prob, 6), "from": step.chosen_from},
+        "cross_attention": step.cross.round(decimals=DECIMALS).tolist(),
+        "hypotheses": [{"tokens": pieces(c.ids), "score": round(c.score, 6), "status": c.status, "parent": c.parent}
+                       for c in step.candidates],
+    } for number, step in enumerate(trace.steps, start=1)]
