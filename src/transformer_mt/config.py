@@ -21,6 +21,7 @@ import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # presets, shipped inside the package
 TASK_NAMES = ("numbers", "copy")  # the built-in tasks of data/tasks.py
+CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs.load_run_weights
 PRECISIONS = ("auto", "bf16", "fp32")
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
@@ -143,9 +144,13 @@ class TrainConfig:
     patience: int = 0
     early_stop_metric: str = "bleu"
     keep_last: int = 5
+    init_from: str = ""
+    init_checkpoint: str = "best"
 
     def validate(self) -> None:
         _require(self.lr_scale > 0, "train.lr_scale", "must be positive")
+        _require(self.init_checkpoint in CHECKPOINT_CHOICES, "train.init_checkpoint",
+                 f"must be one of {', '.join(CHECKPOINT_CHOICES)}")
         _require(self.warmup_steps >= 1, "train.warmup_steps", "must be at least 1")
         _require(all(0 <= b < 1 for b in self.adam_betas), "train.adam_betas", "both must be in [0, 1)")
         _require(self.adam_eps > 0, "train.adam_eps", "must be positive")

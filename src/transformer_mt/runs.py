@@ -28,7 +28,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from transformer_mt.config import Config, config_yaml, load_config
+from transformer_mt.config import CHECKPOINT_CHOICES, Config, config_yaml, load_config
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_path, atomic_write_text
@@ -36,7 +36,6 @@ from transformer_mt.model.transformer import EncoderDecoder, build_model
 
 log = logging.getLogger("transformer_mt")
 
-CHECKPOINT_CHOICES = ("best", "last", "average")
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
 

@@ -32,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  "omit to resume RUN with its saved config")
     train.add_argument("--run", required=True, help="run directory (created, or resumed if it exists)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--init-from", metavar="RUN", help="fine-tune: start from RUN's weights and vocabulary "
+                       "(same as --train.init_from=RUN; the config's model section must match RUN's)")
     train.set_defaults(func=run_train, overrides=[])
     prepare = subparsers.add_parser(
         "prepare", help="train the vocabulary and encode the training data once (train does it on first use)",
@@ -78,7 +80,10 @@ def run_train(args: argparse.Namespace) -> int:
     from transformer_mt.training import fit
 
     reuse_freed_memory()
-    cfg = load_config(args.config, split_overrides(args.overrides)) if args.config else None
+    overrides = split_overrides(args.overrides) + ([f"--train.init_from={args.init_from}"] if args.init_from else [])
+    if args.init_from and not args.config:
+        raise UserError("--init-from starts a new run: give a config too (e.g. the config.yaml of the run it starts from)")
+    cfg = load_config(args.config, overrides) if args.config else None
     state = fit(cfg, args.run, progress=not args.no_progress).state
     log.info("finished at step %d after %.0f s of training", state.step, state.train_seconds)
     return 0

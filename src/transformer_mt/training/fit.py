@@ -18,8 +18,9 @@ from transformer_mt.data.dataset import corpus_paths, load_or_train_tokenizer
 from transformer_mt.data.prepare import Limits, PreparedData, prepare_corpus, require_prepared
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
-from transformer_mt.model.transformer import build_model
-from transformer_mt.runs import RunDir, list_checkpoints
+from transformer_mt.files import atomic_path
+from transformer_mt.model.transformer import EncoderDecoder, build_model
+from transformer_mt.runs import RunDir, list_checkpoints, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
 from transformer_mt.training.trainer import Trainer, seed_everything
 
@@ -78,6 +79,8 @@ def prepare(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = 
     if ctx.is_main:
         run.root.mkdir(parents=True, exist_ok=True)
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
+        if cfg.train.init_from and not run.tokenizer.is_file():
+            copy_tokenizer(RunDir(Path(cfg.train.init_from)).require(), run)
         tokenizer = load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer, cfg.train.seed)
         data = prepare_corpus(paths, run.tokenizer, len(tokenizer), run.prepared, limits,
                               may_rebuild=not list_checkpoints(run.checkpoints), progress=progress)
@@ -91,6 +94,35 @@ def prepare(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = 
     if ctx.is_main and not run.config.is_file():
         run.write_config(cfg)
     return cfg, tokenizer, data
+
+
+SHAPE_KEYS = ("n_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings",
+              "share_vocab", "src_vocab_size", "tgt_vocab_size")  # what must match to load another run's weights
+
+
+def copy_tokenizer(source: RunDir, run: RunDir) -> None:
+    """A fine-tuned run keeps the vocabulary of the run it starts from (its embeddings
+    are rows of that vocabulary): tokenizer.model (+ .vocab) copied, atomically."""
+    for name in (source.tokenizer, source.tokenizer.with_suffix(".vocab")):
+        if name.is_file():
+            with atomic_path(run.root / name.name) as tmp:
+                shutil.copyfile(name, tmp)
+    log.info("vocabulary copied from %s (data.vocab_* settings are not used)", source.root)
+
+
+def initialize_from(model: EncoderDecoder, cfg: Config) -> None:
+    """Load the weights of the run train.init_from into `model` (fine-tuning starts
+    there; its own optimizer, schedule and data). The model section must describe the
+    same shapes: one line lists every difference."""
+    source = RunDir(Path(cfg.train.init_from)).require()
+    theirs = source.read_config().model
+    differ = [f"model.{key} is {getattr(cfg.model, key)} here but {getattr(theirs, key)} in {source.config}"
+              for key in SHAPE_KEYS if getattr(cfg.model, key) != getattr(theirs, key)]
+    if differ:
+        raise UserError(f"train.init_from={cfg.train.init_from}: the weights do not fit this model ("
+                        + "; ".join(differ) + "); copy its model section")
+    path = load_run_weights(model, source, cfg.train.init_checkpoint)
+    log.info("starting from the weights of %s", path)
 
 
 def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> PreparedData:
@@ -114,8 +146,10 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
         with removed_on_failure(run, active=new_run and ctx.is_main):
             cfg, tokenizer, data = prepare(cfg, run, ctx, progress)
             seed_everything(cfg.train.seed)
-            trainer = Trainer(cfg, run, build_model(cfg.model), tokenizer, data, device, ctx.rank,
-                              ctx.world_size, progress)
+            model = build_model(cfg.model)
+            if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
+                initialize_from(model, cfg)
+            trainer = Trainer(cfg, run, model, tokenizer, data, device, ctx.rank, ctx.world_size, progress)
         if ctx.is_main:
             t = cfg.train
             log.info("training on %d pairs (%d filtered), %d steps per epoch, %.1f%% padding, %s on %s",
