@@ -177,3 +177,12 @@ def test_manifest_records_counts_and_sources(corpus, tmp_path: Path) -> None:
     assert train["pairs"] == len(data.train_src) == 1200 - 24 - data.filtered
     assert train["src_tokens"] == sum(map(len, data.train_src.tolist()))
     assert manifest["files"]["train_src"]["path"] == str(paths.train[0].resolve())
+
+
+def test_ids_are_uint32_when_the_vocabulary_does_not_fit_uint16(corpus, tmp_path: Path) -> None:
+    paths, model = corpus
+    small = prepare_corpus(paths, model, 60, tmp_path / "small", LIMITS)
+    large = prepare_corpus(paths, model, 70_000, tmp_path / "large", LIMITS)
+    assert small.train_src.ids.dtype == np.uint16 and large.train_src.ids.dtype == np.uint32
+    assert large.train_src.tolist() == small.train_src.tolist()
+    assert (tmp_path / "large" / "train.src.ids").stat().st_size == 2 * (tmp_path / "small" / "train.src.ids").stat().st_size
