@@ -1,4 +1,4 @@
-"""Decoding speed, side by side: ours (fp32, bf16), Hugging Face Marian, CTranslate2.
+"""Decoding speed, side by side: ours (fp32, bf16, int8), Hugging Face Marian, CTranslate2.
 
 Every system gets the same random-weight model size (a preset of configs/), the same
 random source sentences of 10-30 tokens, and must emit exactly `--length` target tokens
@@ -36,10 +36,11 @@ from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.model.transformer import build_model
 from transformer_mt.device import reuse_freed_memory
+from transformer_mt.quantize import prepare_model
 
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
-SYSTEMS = ("ours-fp32", "ours-bf16", "hf", "ct2-float32", "ct2-int8")
+SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "hf", "ct2-float32", "ct2-int8")
 # Our special ids (tokenizer.py); the Marian model uses eos = 0 and pad = last id.
 PAD, BOS, EOS = 0, 2, 3
 
@@ -66,10 +67,12 @@ def model_config(preset: str) -> ModelConfig:
     return replace(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, dropout=0.0)
 
 
-def ours(cfg: ModelConfig, dtype: torch.dtype) -> Decode:
-    """beam_search on our model; bf16 casts the weights (no autocast re-casting per step)."""
+def ours(cfg: ModelConfig, dtype: str) -> Decode:
+    """beam_search on our model with its weights as `translate --dtype` prepares them:
+    bfloat16 casts the weights (no autocast re-casting per step), int8 quantizes every
+    Linear layer (float32 activations)."""
     torch.manual_seed(1)
-    model = build_model(cfg).eval().to(dtype)
+    model = prepare_model(build_model(cfg), dtype)
 
     def decode(batch: list[list[int]], beam: int, length: int) -> int:
         width = max(len(s) for s in batch) + 1
@@ -189,7 +192,7 @@ def measure(decode: Decode, work: Workload, beam: int, batch_size: int) -> tuple
 def build_systems(cfg: ModelConfig, only: set[str], threads: int, tmp: str) -> dict[str, Decode]:
     """The systems named in `only` that can run here; the others are skipped with a message."""
     systems: dict[str, Decode] = {}
-    for name, dtype in (("ours-fp32", torch.float32), ("ours-bf16", torch.bfloat16)):
+    for name, dtype in (("ours-fp32", "float32"), ("ours-bf16", "bfloat16"), ("ours-int8", "int8")):
         if name in only:
             systems[name] = ours(cfg, dtype)
     wanted = only & {"hf", "ct2-float32", "ct2-int8"}

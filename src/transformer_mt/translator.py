@@ -32,11 +32,11 @@ from transformer_mt.device import autocast, resolve_device, resolve_precision
 from transformer_mt.errors import UserError
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder
+from transformer_mt.quantize import check_dtype, int8_device, int8_precision, is_int8, prepare_model
 from transformer_mt.runs import RunDir, load_run_model
 
 log = logging.getLogger("transformer_mt")
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ATTENTION_KINDS = ("encoder", "decoder", "cross")
 
 
@@ -161,6 +161,7 @@ class Translator:
         self.tokenizer = tokenizer
         self.defaults = defaults
         self.device = device
+        self.int8 = is_int8(model)  # int8 Linear layers take float32 activations: no bf16 autocast
         self.max_source = model.positional.pe.size(0) - 1  # room for eos
 
     @classmethod
@@ -174,17 +175,22 @@ class Translator:
     ) -> "Translator":
         """Load config, tokenizer and weights of a run directory.
 
-        `checkpoint`: best, last or average; `dtype`: float32, or bfloat16 to cast the
-        weights; `decode_overrides`: DecodeConfig fields that become this translator's
-        defaults, such as beam=4, length_penalty=0.6, batch_tokens=2048, precision='bf16'."""
-        if dtype not in DTYPES:
-            raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        `checkpoint`: best, last or average; `dtype`: float32, bfloat16 to cast the
+        weights, or int8 for int8 Linear layers on the CPU (quantize.py; it decodes with
+        precision fp32); `decode_overrides`: DecodeConfig fields that become this
+        translator's defaults, such as beam=4, length_penalty=0.6, batch_tokens=2048, precision='bf16'."""
+        check_dtype(dtype)
+        if dtype == "int8":
+            device = int8_device(device)
+            decode_overrides["precision"] = int8_precision(decode_overrides.get("precision", "fp32"))
         cfg, tokenizer, model = load_run_model(RunDir(Path(path)), checkpoint)
         defaults = decode_settings(cfg.decode, **decode_overrides)
-        return cls(model.to(DTYPES[dtype]), tokenizer, defaults, resolve_device(device))
+        return cls(prepare_model(model, dtype), tokenizer, defaults, resolve_device(device))
 
     def settings(self, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
         """This translator's defaults with the changes of one call (see `decode_settings`)."""
+        if self.int8 and "precision" in changes:
+            changes["precision"] = int8_precision(changes["precision"])
         return decode_settings(self.defaults, beam, nbest, **changes)
 
     # ---- the entry point -------------------------------------------------------------

@@ -21,6 +21,7 @@ from transformer_mt.data.corpus import decode_line, read_lines
 from transformer_mt.device import resolve_precision, reuse_freed_memory
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open
+from transformer_mt.quantize import DTYPES
 from transformer_mt.runs import CHECKPOINT_CHOICES
 
 log = logging.getLogger("transformer_mt")
@@ -37,8 +38,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
                         help="best (default), last step checkpoint, or average.safetensors")
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1 ...")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                        help="weights in float32 (default) or bfloat16")
+    parser.add_argument("--dtype", default="float32", metavar="{" + ",".join(DTYPES) + "}",
+                        help="weights in float32 (default), bfloat16, or int8: int8 Linear layers with "
+                             "float32 activations, on the CPU")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"),
                         help="bf16 autocast or fp32 decoding (default: the run's decode.precision, "
                              "which training validation used too)")
@@ -222,9 +224,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if scores.bleu_lc_tok is not None:
         print(f"BLEU (lowercased, 13a-tokenized) = {scores.bleu_lc_tok:.2f}")
     precision = resolve_precision(settings.precision, translator.device)
-    log.info("%d sentences, beam %d, %s precision, %s checkpoint, %.1f s", len(sources), settings.beam,
-             precision, args.checkpoint, seconds)
+    log.info("%d sentences, beam %d, %s weights, %s precision, %s checkpoint, %.1f s", len(sources), settings.beam,
+             args.dtype, precision, args.checkpoint, seconds)
     if args.json:
-        print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": settings.beam, "precision": precision,
-                          "checkpoint": args.checkpoint, "seconds": round(seconds, 2)}))
+        print(json.dumps({**scores.to_dict(), "sentences": len(sources), "beam": settings.beam, "dtype": args.dtype,
+                          "precision": precision, "checkpoint": args.checkpoint, "seconds": round(seconds, 2)}))
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from transformer_mt.cli import positive_int
 from transformer_mt.errors import UserError
+from transformer_mt.quantize import DTYPES
 
 log = logging.getLogger("transformer_mt")
 
@@ -90,6 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda ...")
     serve.add_argument("--checkpoint", default="best", choices=("best", "last", "average"), help="weights to load")
+    serve.add_argument("--dtype", default="float32", metavar="{" + ",".join(DTYPES) + "}",
+                       help="weights in float32 (default), bfloat16, or int8 (CPU): see translate --help")
     serve.add_argument("--max-chars", type=positive_int, default=2000, help="characters per request (default: 2000)")
     serve.add_argument("--max-sentences", type=positive_int, default=32, help="sentences per request (default: 32)")
     serve.add_argument("--max-beam", type=positive_int, default=8, help="largest beam a request may ask (default: 8)")
@@ -209,5 +212,5 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be between 1 and 65535, got {args.port}")
     limits = Limits(args.max_chars, args.max_sentences, args.max_beam)
-    serve(args.run, args.host, args.port, args.device, args.checkpoint, limits)
+    serve(args.run, args.host, args.port, args.device, args.checkpoint, limits, args.dtype)
     return 0

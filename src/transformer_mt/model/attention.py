@@ -38,6 +38,15 @@ def attention(
     return weights @ value, weights
 
 
+def _linear_of(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    """A Linear module holding copies of `weight` (out, in) and `bias` (no random init drawn)."""
+    linear = nn.utils.skip_init(nn.Linear, weight.size(1), weight.size(0), device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias.copy_(bias)
+    return linear
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)  (section 3.2.2).
@@ -61,6 +70,9 @@ class MultiHeadAttention(nn.Module):
         self.d_k = d_model // n_heads
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        # Cross-attention's W^Q and [W^K; W^V] as modules of their own: set by `split_in_proj` only.
+        self.q_proj: nn.Linear | None = None
+        self.kv_proj: nn.Linear | None = None
         self.dropout = Dropout(dropout)
         self.store_attention = False
         self.attn: torch.Tensor | None = None
@@ -93,16 +105,36 @@ class MultiHeadAttention(nn.Module):
                     v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
             return q, k, v
-        w_q, w_kv = self.in_proj.weight.split([self.d_model, 2 * self.d_model])
-        b_q, b_kv = self.in_proj.bias.split([self.d_model, 2 * self.d_model])
-        q = self._split_heads(F.linear(query, w_q, b_q))
+        q = self._split_heads(self._cross_query(query))
         if cache is not None and "k" in cache:  # encoder keys/values: once per sentence
             return q, cache["k"], cache["v"]
-        k, v = F.linear(memory, w_kv, b_kv).chunk(2, dim=-1)
+        k, v = self._cross_key_value(memory).chunk(2, dim=-1)
         k, v = self._split_heads(k), self._split_heads(v)
         if cache is not None:
             cache["k"], cache["v"] = k, v
         return q, k, v
+
+    def _cross_query(self, x: torch.Tensor) -> torch.Tensor:
+        """x W^Q + b^Q for cross-attention: the first d_model rows of in_proj (or q_proj)."""
+        if self.q_proj is not None:
+            return self.q_proj(x)
+        return F.linear(x, self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model])
+
+    def _cross_key_value(self, memory: torch.Tensor) -> torch.Tensor:
+        """[K | V] of the encoder output: the last 2 d_model rows of in_proj (or kv_proj)."""
+        if self.kv_proj is not None:
+            return self.kv_proj(memory)
+        return F.linear(memory, self.in_proj.weight[self.d_model :], self.in_proj.bias[self.d_model :])
+
+    def split_in_proj(self) -> None:
+        """For a cross-attention module at inference: move W^Q and [W^K; W^V] out of
+        in_proj into two Linear modules, `q_proj` and `kv_proj` (the very same products),
+        and drop in_proj. Cross-attention slices in_proj's weight, which a quantized
+        Linear does not have; int8 quantization (quantize.py) swaps whole modules."""
+        d, weight, bias = self.d_model, self.in_proj.weight.detach(), self.in_proj.bias.detach()
+        self.q_proj = _linear_of(weight[:d], bias[:d])
+        self.kv_proj = _linear_of(weight[d:], bias[d:])
+        self.in_proj = None
 
     def forward(
         self,

@@ -248,13 +248,14 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "auto",
-          checkpoint: str = "best", limits: Limits = Limits()) -> None:
-    """Load the run and serve the page and the API until interrupted."""
+          checkpoint: str = "best", limits: Limits = Limits(), dtype: str = "float32") -> None:
+    """Load the run (its weights in `dtype`: float32, bfloat16 or int8) and serve the
+    page and the API until interrupted."""
     import uvicorn
 
     from transformer_mt.translator import Translator
 
-    translator = Translator.from_run(run, device=device, checkpoint=checkpoint)
+    translator = Translator.from_run(run, device=device, checkpoint=checkpoint, dtype=dtype)
     service = TranslationService(translator, Path(run).name, limits)
     app = create_app(service)
     if not is_loopback(host):
