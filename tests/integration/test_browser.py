@@ -1,6 +1,8 @@
 """The page in a real browser: Debian's chromium, headless, driven by selenium through
 Debian's chromedriver. Types a sentence, clicks Translate, finds the translation and a
-drawn heatmap, and switches layer and head.
+drawn heatmap, and switches layer and head; switches the attention kind, opens the
+all-heads overview and equation 1 for one cell; steps through the decoding and forces a
+candidate (checked against the JSON API of the same server).
 
 Skipped (with the reason) only where chromium or its driver is not installed; install
 them with `apt-get install -y chromium chromium-driver` (the Makefile's browser step)."""
@@ -11,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 
 from transformer_mt.server import Limits, TranslationService, create_app
@@ -30,6 +33,7 @@ if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
         allow_module_level=True,
     )
 
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
@@ -60,6 +64,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=1200,1000", f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})  # script errors, failed loads
     service = webdriver.ChromeService(executable_path=CHROMEDRIVER)
     try:
         driver = webdriver.Chrome(options=options, service=service)
@@ -98,8 +103,146 @@ def test_type_translate_and_see_the_heatmap(browser, page_url: str, translator: 
 
 def test_an_error_is_shown_on_the_page(browser, page_url: str) -> None:
     browser.get(page_url + "/")
-    browser.find_element(By.ID, "source").send_keys("w1 " * 800)
+    # set, not typed: typing 2,400 characters takes seconds
+    browser.execute_script("document.getElementById('source').value = arguments[0];", "w1 " * 800)
     browser.find_element(By.ID, "translate").click()
     error = browser.find_element(By.ID, "error")
     WebDriverWait(browser, 30).until(lambda d: error.is_displayed())
     assert "at most 2000" in error.text
+
+
+def open_page(browser, page_url: str) -> WebDriverWait:
+    browser.get(page_url + "/")
+    wait = WebDriverWait(browser, 30)
+    wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)
+    browser.get_log("browser")  # start with an empty console
+    return wait
+
+
+def assert_clean(browser, page_url: str) -> None:
+    """No error on the page or in the console, and nothing loaded from another origin."""
+    assert not browser.find_element(By.ID, "error").is_displayed()
+    assert [entry["message"] for entry in browser.get_log("browser")] == []
+    loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert loaded and all(url.startswith(page_url + "/") for url in loaded)
+
+
+def click_cell(browser, row: int, col: int) -> None:
+    """Click the centre of one heatmap cell (the canvas says where its cells are)."""
+    heatmap = browser.find_element(By.ID, "heatmap")
+    left, top, cell = (float(v) for v in heatmap.get_attribute("data-box").split(","))
+    size = heatmap.size  # offsets are from the element's centre
+    x = left + (col + 0.5) * cell - size["width"] / 2
+    y = top + (row + 0.5) * cell - size["height"] / 2
+    ActionChains(browser).move_to_element_with_offset(heatmap, int(x), int(y)).click().perform()
+
+
+def test_every_attention_all_heads_and_equation_1(browser, page_url: str, translator: Translator) -> None:
+    wait = open_page(browser, page_url)
+    browser.find_element(By.ID, "source").send_keys(SENTENCE)
+    browser.find_element(By.ID, "beam").clear()
+    browser.find_element(By.ID, "beam").send_keys("1")
+    browser.find_element(By.ID, "translate").click()
+    heatmap = browser.find_element(By.ID, "heatmap")
+    wait.until(lambda d: heatmap.get_attribute("data-rows"))
+    answer = httpx.post(page_url + "/api/translate", json={"text": SENTENCE, "beam": 1, "attention": True}).json()
+    attention = answer["results"][0]["attention"]
+    n_source, n_target = len(attention["source_tokens"]), len(attention["target_tokens"])
+
+    kind = Select(browser.find_element(By.ID, "kind"))
+    kind.select_by_value("encoder")
+    assert heatmap.get_attribute("data-kind") == "encoder"
+    assert (heatmap.get_attribute("data-rows"), heatmap.get_attribute("data-cols")) == (str(n_source), str(n_source))
+    assert browser.execute_script(PAINTED) > 1000
+    assert browser.find_element(By.ID, "attention-title").text == "Encoder self-attention"
+    kind.select_by_value("decoder")
+    assert heatmap.get_attribute("data-kind") == "decoder"
+    assert (heatmap.get_attribute("data-rows"), heatmap.get_attribute("data-cols")) == (str(n_target), str(n_target))
+    assert browser.execute_script(PAINTED) > 1000
+
+    # every layer x head as a thumbnail; a click shows that head in the big map
+    browser.find_element(By.ID, "all-heads-toggle").click()
+    thumbs = browser.find_elements(By.CSS_SELECTOR, "#all-heads .thumb canvas")
+    assert len(thumbs) == attention["layers"] * attention["heads"]
+    last = browser.find_elements(By.CSS_SELECTOR, "#all-heads .thumb")[-1]
+    last.click()
+    assert heatmap.get_attribute("data-view") == f"{attention['layers']},{attention['heads']}"
+    assert browser.find_elements(By.CSS_SELECTOR, "#all-heads .thumb")[-1].get_attribute("aria-pressed") == "true"
+
+    # equation 1 for one cell of the decoder's self-attention: the numbers of /api/explain
+    layer, head, query, key = attention["layers"] - 1, attention["heads"] - 1, 1, 0
+    click_cell(browser, query, key)
+    wait.until(lambda d: d.find_elements(By.ID, "explain-weight"))
+    explained = httpx.post(page_url + "/api/explain", json={
+        "text": SENTENCE, "target_tokens": attention["target_tokens"], "kind": "decoder",
+        "layer": layer, "head": head, "query": query}).json()
+    shown = {name: float(browser.find_element(By.ID, f"explain-{name}").get_attribute("data-value"))
+             for name in ("dot", "scaled", "weight")}
+    assert shown == pytest.approx({"dot": explained["dot"][key], "scaled": explained["scaled"][key],
+                                   "weight": explained["weights"][key]}, abs=1e-6)
+    assert browser.find_element(By.ID, "explain-weight").text == f"{explained['weights'][key]:.4f}"
+    assert browser.find_element(By.ID, "explain-dk").text == str(explained["d_k"])
+    assert browser.find_element(By.ID, "explain-mask").text == "may attend"
+    assert explained["weights"][key] == pytest.approx(attention["decoder"][layer][head][query][key], abs=1e-3)
+    panel = browser.find_element(By.ID, "explain")
+    assert "softmax(QKᵀ / √d_k) V" in panel.text
+    rows = browser.find_elements(By.CSS_SELECTOR, "#explain-table tr.explain-row")
+    assert len(rows) == n_target and "current" in rows[key].get_attribute("class")
+    click_cell(browser, 0, 1)  # a future position: masked
+    wait.until(lambda d: d.find_elements(By.ID, "explain-mask")
+               and d.find_element(By.ID, "explain-mask").text == "masked")
+    assert float(browser.find_element(By.ID, "explain-weight").get_attribute("data-value")) == 0.0
+    assert_clean(browser, page_url)
+
+
+def test_step_through_and_force_a_candidate(browser, page_url: str, translator: Translator) -> None:
+    wait = open_page(browser, page_url)
+    browser.find_element(By.ID, "source").send_keys(SENTENCE)
+    browser.find_element(By.ID, "beam").clear()
+    browser.find_element(By.ID, "beam").send_keys("2")
+    browser.find_element(By.ID, "step-through").click()
+    translation = browser.find_element(By.ID, "steps-translation")
+    wait.until(lambda d: translation.text)
+    free = httpx.post(page_url + "/api/steps", json={"text": SENTENCE, "beam": 2}).json()
+    assert translation.text == free["translation"]
+    slider = browser.find_element(By.ID, "steps-slider")
+    assert slider.get_attribute("value") == "1" and slider.get_attribute("max") == str(len(free["steps"]))
+    assert len(free["steps"]) >= 3
+
+    for expected in (2, 3):
+        browser.find_element(By.ID, "steps-next").click()
+        assert slider.get_attribute("value") == str(expected)
+    assert browser.find_element(By.ID, "steps-label").text == f"step 3 of {len(free['steps'])}"
+    bars = browser.find_elements(By.CSS_SELECTOR, "#steps-bars .bar")
+    assert [b.get_attribute("data-token") for b in bars] == [t["token"] for t in free["steps"][2]["top_k"]]
+    nodes = browser.find_elements(By.CSS_SELECTOR, "#steps-tree .node")
+    assert len(nodes) == 1 + sum(len(s["hypotheses"]) for s in free["steps"][:3])  # <s> + 3 columns
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#steps-cross .strip-cell")) == len(free["source_tokens"])
+    browser.find_element(By.ID, "steps-prev").click()
+    assert slider.get_attribute("value") == "2"
+
+    # force, at step 2, a candidate other than the model's choice
+    step = free["steps"][1]
+    index = next(i for i, t in enumerate(step["top_k"]) if i > 0 and t["token"] not in ("</s>", step["chosen"]["token"]))
+    token = step["top_k"][index]["token"]
+    best_kept = next(h for h in free["steps"][0]["hypotheses"] if h["status"] == "kept")
+    prefix = best_kept["tokens"] + [token]
+    browser.find_elements(By.CSS_SELECTOR, "#steps-bars .bar")[index].click()
+    wait.until(lambda d: d.find_element(By.ID, "steps-prefix").is_displayed())
+    forced = httpx.post(page_url + "/api/steps", json={"text": SENTENCE, "beam": 2, "prefix": prefix}).json()
+    assert forced["target_tokens"][: len(prefix)] == prefix
+    wait.until(lambda d: translation.text == forced["translation"])
+    assert forced["translation"].startswith("".join(prefix).replace("▁", " ").strip())
+    assert forced["translation"] != free["translation"]
+    assert slider.get_attribute("value") == str(len(prefix))  # the page stays at the forced step
+    chips = browser.find_elements(By.CSS_SELECTOR, "#steps-prefix-tokens .chip")
+    assert [c.text for c in chips] == prefix
+
+    # the slider itself moves through the steps
+    browser.execute_script("const s = document.getElementById('steps-slider'); s.value = 1;"
+                           "s.dispatchEvent(new Event('input'));")
+    assert browser.find_element(By.ID, "steps-label").text.startswith("step 1 of")
+    browser.find_element(By.ID, "steps-clear").click()
+    wait.until(lambda d: not d.find_element(By.ID, "steps-prefix").is_displayed())
+    assert translation.text == free["translation"]
+    assert_clean(browser, page_url)

@@ -128,11 +128,15 @@ def test_page_and_assets_are_served_without_external_urls(client: TestClient) ->
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert 'id="source"' in page.text and 'id="heatmap"' in page.text
-    for asset in ("/static/app.js", "/static/style.css"):
+    assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', page.text)
+    assert {"/static/app.js", "/static/steps.js", "/static/explain.js", "/static/style.css"} <= set(assets)
+    texts = [page.text]
+    for asset in assets:  # every script and style sheet the page loads, none from elsewhere
         response = client.get(asset)
         assert response.status_code == 200 and len(response.text) > 500
-    for text in (page.text, client.get("/static/app.js").text, client.get("/static/style.css").text):
-        assert not re.search(r"(src|href)=\"https?://|url\(https?:|import .* from \"http", text)
+        texts.append(response.text)
+    for text in texts:
+        assert not re.search(r"(src|href)=\"https?://|url\(https?:|import .* from \"http|fetch\(\"https?:", text)
 
 
 def test_concurrent_requests_share_one_model(service: TranslationService, translator: Translator) -> None:
