@@ -1,6 +1,6 @@
 """The `transformer-mt` command line: one sub-command per job.
 
-    transformer-mt demo | train | prepare | vocab | average | translate | evaluate | plot | serve | data
+    transformer-mt demo | train | prepare | vocab | average | translate | evaluate | plot | serve | data | export
 
 Each sub-command lives in a module of this package with a `register(subparsers)`
 function. User mistakes (`UserError`) print one line and exit with code 2; no traceback."""
@@ -15,7 +15,7 @@ from typing import Sequence
 from transformer_mt import __version__
 from transformer_mt.errors import USER_ERRORS
 
-COMMAND_MODULES = ("train", "translate", "viz", "data")
+COMMAND_MODULES = ("train", "translate", "viz", "data", "interop")
 
 
 class OneLineLogFormatter(logging.Formatter):
