@@ -9,8 +9,9 @@ time. Prints target tokens/s and sentences/s; with --json the last stdout line i
     {"rows": [{"system", "preset", "setting", "tokens_per_s", "sentences_per_s"}, ...]}
 
 Hugging Face and CTranslate2 rows need `pip install transformers ctranslate2` (they are
-skipped with a message otherwise). The CTranslate2 model is converted from the Hugging
-Face one with its TransformersConverter.
+skipped with a message otherwise). `ct2-*`: the Hugging Face model converted with
+CTranslate2's TransformersConverter; `export-*`: our own model exported with
+`transformer-mt export ctranslate2`'s spec builder (what a user of this toolkit deploys).
 
     python benchmarks/decode_speed.py --quick          # small preset, < 3 minutes
     python benchmarks/decode_speed.py                  # small and base, 500 sentences
@@ -40,7 +41,7 @@ from transformer_mt.quantize import prepare_model
 
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
-SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "hf", "ct2-float32", "ct2-int8")
+SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "hf", "ct2-float32", "ct2-int8", "export-float32", "export-int8")
 # Our special ids (tokenizer.py); the Marian model uses eos = 0 and pad = last id.
 PAD, BOS, EOS = 0, 2, 3
 
@@ -158,14 +159,48 @@ def ct2_models(model, directory: str) -> dict[str, str] | None:
     return out
 
 
-def ct2(path: str, compute_type: str, threads: int) -> Decode:
+class _Pieces:
+    """The vocabulary of the random-weight model as `export ctranslate2` reads it: our four
+    specials at their ids, then t4 ... t{V-1} (the names the Marian vocabulary uses too)."""
+
+    def __len__(self) -> int:
+        return VOCAB
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        names = {0: "<pad>", 1: "<unk>", 2: "<s>", 3: "</s>"}
+        return [names.get(i, f"t{i}") for i in ids]
+
+
+def export_models(cfg: ModelConfig, directory: str) -> dict[str, str] | None:
+    """Our model (the weights `ours` decodes with) through `transformer-mt export ctranslate2`'s
+    spec builder, float32 and int8: what a user deploys."""
+    try:
+        from transformer_mt.interop.ctranslate2 import build_spec
+    except ImportError:
+        return None
+    torch.manual_seed(1)
+    model = build_model(cfg).eval()
+    out = {}
+    for quantization in ("float32", "int8"):
+        spec = build_spec(model, _Pieces())
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        out[quantization] = os.path.join(directory, f"export-{quantization}")
+        os.makedirs(out[quantization], exist_ok=True)
+        spec.save(out[quantization])
+    return out
+
+
+def ct2(path: str, compute_type: str, threads: int, append_eos: bool = True) -> Decode:
+    """CTranslate2 on a converted model; `append_eos` False for our export, which adds
+    the source eos itself (config add_source_eos)."""
     import ctranslate2
 
     translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
                                         intra_threads=threads, inter_threads=1)
 
     def decode(batch: list[list[int]], beam: int, length: int) -> int:
-        tokens = [[f"t{i}" for i in sentence] + ["</s>"] for sentence in batch]
+        tokens = [[f"t{i}" for i in sentence] + (["</s>"] if append_eos else []) for sentence in batch]
         results = translator.translate_batch(
             tokens, beam_size=beam, max_batch_size=len(batch), min_decoding_length=length,
             max_decoding_length=length, num_hypotheses=1,
@@ -195,6 +230,14 @@ def build_systems(cfg: ModelConfig, only: set[str], threads: int, tmp: str) -> d
     for name, dtype in (("ours-fp32", "float32"), ("ours-bf16", "bfloat16"), ("ours-int8", "int8")):
         if name in only:
             systems[name] = ours(cfg, dtype)
+    exports = [name for name in ("export-float32", "export-int8") if name in only]
+    if exports:
+        converted = export_models(cfg, tmp)
+        if converted is None:
+            print("export: skipped (pip install ctranslate2)", file=sys.stderr)
+        for name in exports if converted else []:
+            quantization = name.split("-")[1]
+            systems[name] = ct2(converted[quantization], quantization, threads, append_eos=False)
     wanted = only & {"hf", "ct2-float32", "ct2-int8"}
     marian = hf_marian(cfg) if wanted else None
     if wanted and marian is None:
