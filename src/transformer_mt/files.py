@@ -28,7 +28,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_folder(path.parent)
+    fsync_folder(path.parent)
 
 
 @contextmanager
@@ -45,7 +45,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         handle.write(text)
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` survive a power cut (where the platform allows)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # not every platform can open a folder

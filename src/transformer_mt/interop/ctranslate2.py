@@ -56,7 +56,7 @@ from transformer_mt import __version__
 from transformer_mt.config import CHECKPOINT_CHOICES
 from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
 from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_write_text
+from transformer_mt.files import atomic_write_text, fsync_folder
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.runs import RunDir, load_run_model
@@ -284,17 +284,4 @@ def _write_folder(spec: Any, out: Path, metadata: dict) -> None:
             os.replace(old, out)
         raise
     shutil.rmtree(old, ignore_errors=True)
-    _fsync_folder(out.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_folder(out.parent)
