@@ -23,6 +23,8 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # presets, shipped ins
 TASK_NAMES = ("numbers", "copy")  # the built-in tasks of data/tasks.py
 CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs.load_run_weights
 PRECISIONS = ("auto", "bf16", "fp32")
+ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
+POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
 log = logging.getLogger("transformer_mt")
@@ -76,6 +78,8 @@ class ModelConfig:
     max_positions: int = 1024
     src_vocab_size: int = 0
     tgt_vocab_size: int = 0
+    activation: str = "relu"
+    positional_layout: str = "interleaved"
 
     def validate(self) -> None:
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
@@ -91,6 +95,9 @@ class ModelConfig:
         _require(self.max_positions >= 2, "model.max_positions", "must be at least 2")
         _require(self.src_vocab_size >= 0, "model.src_vocab_size", "must be >= 0 (0 = from the tokenizer)")
         _require(self.tgt_vocab_size >= 0, "model.tgt_vocab_size", "must be >= 0 (0 = from the tokenizer)")
+        _require(self.activation in ACTIVATIONS, "model.activation", f"must be one of {', '.join(ACTIVATIONS)}")
+        _require(self.positional_layout in POSITIONAL_LAYOUTS, "model.positional_layout",
+                 f"must be one of {', '.join(POSITIONAL_LAYOUTS)}")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 design.md). Training writes a run, translation, the server and the plots read it.
 
     runs/NAME/config.yaml            the resolved config
-    runs/NAME/tokenizer.model        sentencepiece model (+ .vocab)
+    runs/NAME/tokenizer.model        sentencepiece model (+ .vocab); an imported Marian run has
+                                     vocab.json, source.spm and target.spm instead
     runs/NAME/checkpoints/step_N.pt  full training state
     runs/NAME/best.safetensors       weights of the best validation checkpoint
     runs/NAME/average.safetensors    `transformer-mt average` output
@@ -29,7 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from transformer_mt.config import CHECKPOINT_CHOICES, Config, config_yaml, load_config
-from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizer import MARIAN_VOCAB, Tokenizer, load_tokenizer, tokenizer_files
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_path, atomic_write_text
 from transformer_mt.model.transformer import EncoderDecoder, build_model
@@ -50,6 +51,18 @@ class RunDir:
     @property
     def tokenizer(self) -> Path:
         return self.root / "tokenizer.model"
+
+    @property
+    def tokenizer_file(self) -> Path:
+        """The file that names the run's vocabulary: tokenizer.model, or the vocab.json of
+        an imported Marian run (data/marian_tokenizer.py); tokenizer.model if neither exists yet."""
+        if not self.tokenizer.is_file() and (self.root / MARIAN_VOCAB).is_file():
+            return self.root / MARIAN_VOCAB
+        return self.tokenizer
+
+    def tokenizer_files(self) -> list[Path]:
+        """The vocabulary's files that exist (what a fine-tuned run copies)."""
+        return [path for path in tokenizer_files(self.tokenizer_file) if path.is_file()]
 
     @property
     def checkpoints(self) -> Path:
@@ -83,7 +96,7 @@ class RunDir:
         """Check the files every consumer of a trained run needs."""
         if not self.root.is_dir():
             raise UserError(f"{self.root}: no such run directory")
-        for path in (self.config, self.tokenizer):
+        for path in (self.config, self.tokenizer_file):
             if not path.is_file():
                 raise UserError(f"{path}: missing; is {self.root} a run directory written by `transformer-mt train`?")
         return self
@@ -100,7 +113,8 @@ class RunDir:
         atomic_write_text(self.config, config_yaml(cfg))
 
     def read_tokenizer(self) -> Tokenizer:
-        return Tokenizer.load(self.tokenizer)
+        """The run's tokenizer: a Tokenizer, or a MarianTokenizer for an imported Marian run."""
+        return load_tokenizer(self.tokenizer_file)
 
     def text_files(self, splits: tuple[str, ...]) -> tuple[Path, Path]:
         """The (source, target) files of the first of `splits` found: the run's generated
@@ -224,7 +238,7 @@ def load_run_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Token
     cfg = run.read_config()
     tokenizer = run.read_tokenizer()
     if len(tokenizer) != cfg.model.tgt_vocab_size:
-        raise UserError(f"{run.tokenizer}: has {len(tokenizer)} subwords but {run.config} says "
+        raise UserError(f"{run.tokenizer_file}: has {len(tokenizer)} subwords but {run.config} says "
                         f"model.tgt_vocab_size={cfg.model.tgt_vocab_size}")
     model = build_model(cfg.model)
     load_run_weights(model, run, checkpoint)

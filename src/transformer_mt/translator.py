@@ -24,7 +24,7 @@ import torch
 
 from transformer_mt.config import ConfigError, DecodeConfig, replace
 from transformer_mt.data.batching import pad_sequences
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID, Tokenizer
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID, Tokenizer
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode, max_lengths
 from transformer_mt.decoding.trace import Trace, trace_beam_search
@@ -147,7 +147,8 @@ def check_line(line: object, number: int) -> str:
 class Translator:
     """Batched translation with a model, its tokenizer and default decoding settings.
 
-    Beam 1 with n-best 1 decodes with `greedy_decode`, anything else with `beam_search`.
+    Beam 1 with n-best 1 decodes with `greedy_decode`, anything else with `beam_search`;
+    neither emits pad or bos (NEVER_EMITTED, banned after the softmax over all outputs).
     Inputs are sorted by length into batches of about `batch_tokens` source tokens and the
     outputs put back in input order. A line without text gives an empty output; an input
     longer than the model's positional table allows (model.max_positions - 1 subwords)
@@ -251,13 +252,13 @@ class Translator:
         limits = max_lengths((src != PAD_ID).sum(1), settings.max_len_a, settings.max_len_b)
         limits = limits.clamp(max=self.max_source)
         if settings.beam == 1 and nbest == 1:
-            tokens, scores = greedy_decode(self.model, src, limits, BOS_ID, EOS_ID, PAD_ID)
+            tokens, scores = greedy_decode(self.model, src, limits, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
             tokens, scores = tokens[:, None], scores[:, None]
             emitted = tokens.ne(PAD_ID).sum(-1).cpu()  # (B, 1) tokens emitted, eos included
             scores = scores.float().cpu() / torch.tensor([[gnmt_penalty(int(n), alpha)] for n in emitted[:, 0]])
         else:
             tokens, scores = beam_search(self.model, src, settings.beam, limits, BOS_ID, EOS_ID, PAD_ID,
-                                         length_penalty=alpha, nbest=nbest)
+                                         length_penalty=alpha, nbest=nbest, banned=NEVER_EMITTED)
         return [
             [([i for i in row if i not in SPECIAL_IDS], float(s), EOS_ID in row)
              for row, s in zip(rows.tolist(), row_scores.tolist())]
@@ -284,12 +285,12 @@ class Translator:
         src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
         with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
             return trace_beam_search(self.model, src, settings.beam, limit, BOS_ID, EOS_ID, PAD_ID,
-                                     settings.length_penalty, top_k, forced)
+                                     settings.length_penalty, top_k, forced, banned=NEVER_EMITTED)
 
     def _piece_id(self, piece: str) -> int:
         """The id of a target subword a user forces; unknown pieces and specials are refused."""
-        found = self.tokenizer.sp.PieceToId(piece)
-        if found in SPECIAL_IDS or (found == UNK_ID and piece != self.tokenizer.sp.IdToPiece(UNK_ID)):
+        found = self.tokenizer.piece_to_id(piece)
+        if found in SPECIAL_IDS or (found == UNK_ID and piece != self.tokenizer.id_to_piece([UNK_ID])[0]):
             raise UserError(f"prefix token {piece!r} is not a subword of this model's vocabulary")
         return found
 
@@ -357,7 +358,7 @@ class Translator:
     def hypothesis_of(self, pieces: list[str]) -> Hypothesis:
         """The output given as subword pieces (as `Hypothesis.tokens`, optionally ending
         with </s>), for showing its attention."""
-        eos = self.tokenizer.sp.IdToPiece(EOS_ID)
+        eos = self.tokenizer.id_to_piece([EOS_ID])[0]
         finished = bool(pieces) and pieces[-1] == eos
         ids = [self._piece_id(piece) for piece in (pieces[:-1] if finished else pieces)]
         return self._hypothesis(ids, 0.0, finished)

@@ -334,3 +334,27 @@ def test_beam_as_wide_as_the_output_space_is_exhaustive_search() -> None:
     # not degenerate: the best output depends on the source, and both ways of ending occur
     assert len({tuple(a) for a in argmaxes}) >= 2
     assert any(a[-1] == EOS for a in argmaxes) and any(EOS not in a for a in argmaxes)
+
+
+def test_banned_tokens_are_never_emitted_and_scores_stay_normalised_over_all() -> None:
+    """Hugging Face bans pad after the softmax over the full vocabulary: the scores of the
+    other tokens are unchanged (not renormalised), and the banned ones never appear."""
+    model = random_model(seed=5, src_vocab=12, tgt_vocab=12, generator_scale=4.0, banned=())
+    src = torch.tensor([[4, 7, 9, EOS], [5, 6, EOS, PAD]])
+    free, _ = greedy_decode(model, src, 6, BOS, EOS, PAD)
+    first = int(free[0, 0])
+    banned = (first, PAD, BOS) if first not in (PAD, BOS, EOS) else (PAD, BOS)
+    greedy, greedy_scores = greedy_decode(model, src, 6, BOS, EOS, PAD, banned=banned)
+    tokens, scores = beam_search(model, src, 3, 6, BOS, EOS, PAD, length_penalty=0.0, banned=banned)
+    for out in [*greedy.tolist(), *tokens[:, 0].tolist()]:
+        emitted = out[: out.index(EOS) + 1] if EOS in out else out
+        assert not set(emitted) & set(banned), (emitted, banned)
+    for row in range(2):  # the score of each output is its log-probability under the full softmax
+        out = [t for t in tokens[row, 0].tolist() if t != PAD]
+        tgt_in = torch.tensor([[BOS] + out[:-1]])
+        log_probs = model.generator(model(src[row : row + 1], tgt_in, padding_mask(src[row : row + 1], PAD)))[0]
+        expected = log_probs.gather(1, torch.tensor(out)[:, None]).sum()
+        torch.testing.assert_close(scores[row, 0], expected, atol=1e-4, rtol=0)
+    beam_one, beam_one_scores = beam_search(model, src, 1, 6, BOS, EOS, PAD, length_penalty=0.0, banned=banned)
+    assert torch.equal(beam_one[:, 0], greedy[:, : beam_one.size(2)])
+    torch.testing.assert_close(beam_one_scores[:, 0], greedy_scores, atol=1e-5, rtol=0)

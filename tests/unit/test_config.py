@@ -47,6 +47,8 @@ def test_overrides_apply() -> None:
         ("--train.max_steps=many", "train.max_steps: expected int"),
         ("--train.precision=fp8", "train.precision: must be 'auto', 'bf16' or 'fp32'"),
         ("--decode.beam=0", "decode.beam: must be at least 1"),
+        ("--model.activation=tanh", "model.activation: must be one of relu, swish, gelu"),
+        ("--model.positional_layout=random", "model.positional_layout: must be one of interleaved, halves"),
         ("--trian.seed=1", "trian: unknown section"),
     ],
 )

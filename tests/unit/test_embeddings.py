@@ -45,3 +45,17 @@ def test_embeddings_scale_by_sqrt_d_model() -> None:
     emb = Embeddings(10, 16)
     tokens = torch.tensor([[1, 2, 3]])
     torch.testing.assert_close(emb(tokens), emb.lut(tokens) * 4.0)
+
+
+@pytest.mark.parametrize("d_model", [8, 9])
+def test_halves_layout_puts_the_same_sines_first_and_cosines_second(d_model: int) -> None:
+    """Marian's table: sin(pos / 10000^(2i / d)) in dimension i < ceil(d / 2), the cosines of the
+    same frequencies after them; the paper's table holds the same numbers interleaved."""
+    halves, paper = sinusoidal_encoding(30, d_model, "halves"), sinusoidal_encoding(30, d_model)
+    sines = (d_model + 1) // 2
+    torch.testing.assert_close(halves[:, :sines], paper[:, 0::2])
+    torch.testing.assert_close(halves[:, sines:], paper[:, 1::2])
+    module = PositionalEncoding(d_model, dropout=0.0, max_positions=30, layout="halves")
+    torch.testing.assert_close(module.pe, halves)
+    with pytest.raises(ValueError, match="layout"):
+        sinusoidal_encoding(4, 4, "diagonal")

@@ -166,3 +166,19 @@ def test_cached_decoding_equals_full_pass() -> None:
         cache = model.decoder.init_cache()
         steps = [model.decode(memory, mask, tgt[:, t : t + 1], cache=cache) for t in range(tgt.size(1))]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("activation, function", [("relu", torch.relu), ("swish", torch.nn.functional.silu),
+                                                  ("gelu", torch.nn.functional.gelu)])
+def test_feed_forward_activation(activation: str, function) -> None:
+    from transformer_mt.model.layers import PositionwiseFeedForward
+
+    torch.manual_seed(0)
+    ffn = PositionwiseFeedForward(8, 16, 0.0, activation)
+    x = torch.randn(2, 3, 8)
+    torch.testing.assert_close(ffn(x), ffn.w_2(function(ffn.w_1(x))))
+    cfg = ModelConfig(n_layers=1, d_model=8, d_ff=16, n_heads=2, activation=activation, src_vocab_size=10,
+                      tgt_vocab_size=10, positional_layout="halves")
+    model = build_model(cfg)
+    assert model.encoder.layers[0].feed_forward.activation == activation
+    assert model.generator.never_emitted() == []

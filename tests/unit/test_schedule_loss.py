@@ -141,3 +141,26 @@ def test_fused_loss_without_smoothing_is_the_negative_log_likelihood() -> None:
     target = torch.tensor([1, 2, 3, 4, 5])
     loss = LabelSmoothingLoss(9, 0, 0.0)(logits, target)
     torch.testing.assert_close(loss, F.cross_entropy(logits, target, reduction="sum"))
+
+
+def test_never_emitted_outputs_leave_the_smoothing_and_get_no_gradient() -> None:
+    """An imported model's extra bos output has the bias NEVER_LOGIT: the loss is the
+    smoothed cross entropy over the other columns, and that column's gradient is 0."""
+    torch.manual_seed(4)
+    vocab, never = 9, [2]
+    logits = torch.randn(12, vocab, dtype=torch.float64)
+    logits[:, 2] = -1e9
+    logits.requires_grad_()
+    target = torch.randint(3, vocab, (12,))
+    target[5] = 0
+    loss = LabelSmoothingLoss(vocab, 0, 0.1, never=never)(logits, target)
+    loss.backward()
+    kept = [i for i in range(vocab) if i not in never]
+    reference = logits.detach()[:, kept].clone().requires_grad_()  # the same model without that column
+    expected = torch_smoothed_cross_entropy(reference, torch.tensor([kept.index(t) for t in target.tolist()]),
+                                            kept.index(0), 0.1)
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(logits.grad[:, kept], reference.grad)
+    assert logits.grad[:, 2].abs().max() == 0
+    assert torch.isfinite(loss)

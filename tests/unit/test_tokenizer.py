@@ -43,3 +43,18 @@ def test_a_file_that_is_not_a_model_is_named(tmp_path: Path) -> None:
         Tokenizer.load(bad)
     with pytest.raises(UserError, match="missing"):
         Tokenizer.load(tmp_path / "nope.model")
+
+
+def test_one_vocabulary_encodes_both_sides_and_maps_pieces(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    from transformer_mt.data.tokenizer import load_tokenizer, tokenizer_files
+
+    lines = ["three hundred and twenty-one", "dreihunderteinundzwanzig"]
+    assert tokenizer.encode_target(lines) == tokenizer.encode(lines)
+    pieces = tokenizer.pieces(lines[0])
+    assert [tokenizer.piece_to_id(p) for p in pieces] == tokenizer.encode(lines[:1])[0]
+    assert tokenizer.piece_to_id("no-such-piece") == UNK_ID and tokenizer.piece_to_id("</s>") == EOS_ID
+    path = tmp_path / "tokenizer.model"
+    path.write_bytes(tokenizer.sp.serialized_model_proto())
+    assert load_tokenizer(path).encode(lines) == tokenizer.encode(lines)
+    assert tokenizer_files(path) == [path, tmp_path / "tokenizer.vocab"]
+    assert [p.name for p in tokenizer_files(tmp_path / "vocab.json")] == ["vocab.json", "source.spm", "target.spm"]

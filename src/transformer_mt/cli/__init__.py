@@ -1,6 +1,6 @@
 """The `transformer-mt` command line: one sub-command per job.
 
-    transformer-mt demo | train | prepare | vocab | average | translate | evaluate | plot | serve | data | export
+    transformer-mt demo | train | prepare | vocab | average | translate | evaluate | plot | serve | data | export | import
 
 Each sub-command lives in a module of this package with a `register(subparsers)`
 function. User mistakes (`UserError`) print one line and exit with code 2; no traceback."""

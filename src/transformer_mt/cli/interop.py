@@ -1,6 +1,7 @@
-"""Sub-commands that carry a run to other tools: export.
+"""Sub-commands that carry a run to other tools and models from them: export, import.
 
     transformer-mt export ctranslate2 RUN --out DIR [--quantization int8] [--checkpoint best] [--force]
+    transformer-mt import marian SOURCE --run RUN
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import logging
 from transformer_mt.config import CHECKPOINT_CHOICES
 # interop.ctranslate2 imports ctranslate2 only when an export runs: the parser needs none of it
 from transformer_mt.interop.ctranslate2 import QUANTIZATIONS, export_ctranslate2
+# interop.marian imports huggingface_hub only to download a model by name
+from transformer_mt.interop.marian import import_marian
 
 log = logging.getLogger("transformer_mt")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    register_import(subparsers)
     export = subparsers.add_parser(
         "export", help="write a run in another engine's format (CTranslate2)",
         description="Write a trained run's model in the format of another inference engine.",
@@ -45,4 +49,29 @@ def run_export_ctranslate2(args: argparse.Namespace) -> int:
                              checkpoint=args.checkpoint, force=args.force)
     log.info("wrote the CTranslate2 model of %s (%s checkpoint, %s weights) to %s",
              args.run, args.checkpoint, args.quantization, out)
+    return 0
+
+
+def register_import(subparsers: argparse._SubParsersAction) -> None:
+    imports = subparsers.add_parser(
+        "import", help="make a run of a pretrained model (Hugging Face Marian: the OPUS-MT models)",
+        description="Turn a model trained elsewhere into an ordinary run directory.",
+    )
+    formats = imports.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    marian = formats.add_parser(
+        "marian", help="a Hugging Face MarianMTModel (OPUS-MT), from a folder or by name",
+        description="Write RUN from a Hugging Face Marian model: config.yaml, best.safetensors, its "
+                    "vocab.json, source.spm and target.spm, and imported.json (where it came from). "
+                    "Translate, evaluate, plot, serve and fine-tune it like a trained run.",
+        epilog="A name such as Helsinki-NLP/opus-mt-en-de is downloaded with huggingface_hub "
+               "(pip install 'transformer-mt[interop]') on a machine that is online.",
+    )
+    marian.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors or "
+                                       "pytorch_model.bin, source.spm, target.spm, vocab.json) or a model name")
+    marian.add_argument("--run", required=True, help="run directory to create (must not exist)")
+    marian.set_defaults(func=run_import_marian)
+
+
+def run_import_marian(args: argparse.Namespace) -> int:
+    import_marian(args.source, args.run)
     return 0

@@ -15,7 +15,7 @@ import numpy as np
 from transformer_mt.config import TASK_NAMES, ConfigError, DataConfig
 from transformer_mt.data.corpus import decode_line, iter_raw_lines, iter_raw_pairs, no_pairs_left
 from transformer_mt.data.tasks import task_paths, write_task
-from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("transformer_mt")
 
@@ -59,8 +59,8 @@ def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: 
     the training text (one joint vocabulary) and saved at `path`. A corpus of more than
     data.vocab_sample sentences is sampled (pairs drawn from the seed, streamed from the
     files): the vocabulary of 2M sentences is as good as that of 9M, at a fraction of the memory."""
-    if path.is_file():
-        return Tokenizer.load(path)
+    if path.is_file():  # tokenizer.model, or an imported run's vocab.json
+        return load_tokenizer(path)
     kept = nonempty_pairs(train)
     chosen = kept
     if 2 * len(kept) > cfg.vocab_sample:

@@ -37,6 +37,7 @@ from transformer_mt.data.sequences import Sequences
 from transformer_mt.data.corpus import Corpus, CorpusError, decode_line, iter_raw_pairs, no_pairs_left, open_lines
 from transformer_mt.data.corpus import read_parallel, warn_skipped
 from transformer_mt.data.dataset import CorpusPaths, PathPair
+from transformer_mt.data.tokenizer import MARIAN_VOCAB, Tokenizer, load_tokenizer, tokenizer_files
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_write_text
 
@@ -96,14 +97,17 @@ class EncodedChunk:
 
 
 # ---- worker side ----------------------------------------------------------------------
-_PROCESSORS: dict[tuple[str, str], spm.SentencePieceProcessor] = {}
+_TOKENIZERS: dict[tuple[str, str], Any] = {}
 
 
-def _processor(model: str, digest: str) -> spm.SentencePieceProcessor:
-    """The sentencepiece model, loaded once per process (keyed by content, not name)."""
-    if (model, digest) not in _PROCESSORS:
-        _PROCESSORS[(model, digest)] = spm.SentencePieceProcessor(model_file=model)
-    return _PROCESSORS[(model, digest)]
+def _tokenizer(model: str, digest: str) -> Any:
+    """The tokenizer, loaded once per process (keyed by content, not name): a
+    sentencepiece model, or an imported Marian vocab.json (source and target cut apart)."""
+    if (model, digest) not in _TOKENIZERS:
+        is_marian = Path(model).name == MARIAN_VOCAB
+        _TOKENIZERS[(model, digest)] = (load_tokenizer(model) if is_marian
+                                        else Tokenizer(spm.SentencePieceProcessor(model_file=model)))
+    return _TOKENIZERS[(model, digest)]
 
 
 def keep_mask(src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int, max_ratio: float) -> np.ndarray:
@@ -126,8 +130,8 @@ def encode_chunk(chunk: Chunk, model: str, digest: str, limits: Limits, dtype: s
         if s.strip() and t.strip():
             src.append(s)
             tgt.append(t)
-    sp = _processor(model, digest)
-    src_ids, tgt_ids = sp.Encode(src, out_type=int), sp.Encode(tgt, out_type=int)
+    tokenizer = _tokenizer(model, digest)
+    src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode_target(tgt)
     filtered = truncated_src = truncated_tgt = 0
     if chunk.split == "train":
         keep = keep_mask(np.fromiter(map(len, src_ids), int), np.fromiter(map(len, tgt_ids), int),
@@ -250,6 +254,8 @@ def changed(saved: dict[str, Any], path: Path) -> str | None:
 
 def inputs(paths: CorpusPaths, tokenizer: Path) -> dict[str, Path]:
     files = {"tokenizer": tokenizer, "train_src": paths.train[0], "train_tgt": paths.train[1]}
+    if tokenizer.name == MARIAN_VOCAB:  # its sentencepiece models cut the text too
+        files.update(zip(("source_spm", "target_spm"), tokenizer_files(tokenizer)[1:]))
     if paths.valid:
         files.update(valid_src=paths.valid[0], valid_tgt=paths.valid[1])
     return files

@@ -19,6 +19,11 @@ from transformer_mt.files import atomic_path
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})  # never part of a translation's text
+NEVER_EMITTED = (PAD_ID, BOS_ID)  # the decoders never choose these (Hugging Face bans pad too)
+# An imported Marian (OPUS-MT) vocabulary: vocab.json first (it names the tokenizer), then
+# the sentencepiece models that cut source and target text (data/marian_tokenizer.py).
+MARIAN_VOCAB = "vocab.json"
+MARIAN_TOKENIZER_FILES = (MARIAN_VOCAB, "source.spm", "target.spm")
 
 
 class Tokenizer:
@@ -76,6 +81,11 @@ class Tokenizer:
         """Sentences -> subword ids (no bos/eos: batching adds them)."""
         return self.sp.Encode(list(lines), out_type=int)
 
+    def encode_target(self, lines: list[str]) -> list[list[int]]:
+        """Target-side sentences -> ids: the same as `encode` with one joint vocabulary
+        (an imported Marian tokenizer cuts the target with its own model)."""
+        return self.encode(lines)
+
     def decode(self, ids: list[list[int]]) -> list[str]:
         """Subword ids (specials already removed) -> sentences."""
         return self.sp.Decode([list(seq) for seq in ids])
@@ -86,6 +96,29 @@ class Tokenizer:
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.sp.IdToPiece(i) for i in ids]
+
+    def piece_to_id(self, piece: str) -> int:
+        """The id of a piece; UNK_ID for a piece outside the vocabulary."""
+        return self.sp.PieceToId(piece)
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer stored at `path`: a sentencepiece tokenizer.model, or the vocab.json
+    of an imported Marian (OPUS-MT) vocabulary, with its source.spm and target.spm beside it."""
+    path = Path(path)
+    if path.name == MARIAN_VOCAB:
+        from transformer_mt.data.marian_tokenizer import MarianTokenizer
+
+        return MarianTokenizer.load(path.parent)
+    return Tokenizer.load(path)
+
+
+def tokenizer_files(path: str | Path) -> list[Path]:
+    """Every file of the tokenizer stored at `path` (see `load_tokenizer`), `path` first."""
+    path = Path(path)
+    if path.name == MARIAN_VOCAB:
+        return [path.parent / name for name in MARIAN_TOKENIZER_FILES]
+    return [path, path.with_suffix(".vocab")]
 
 
 def _train_sentencepiece(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str) -> None:

@@ -67,14 +67,18 @@ class BeamState:
         self.in_beam = self.rank < beam  # candidates ranked below k may finish
         self.first_row = torch.arange(batch, device=device)[:, None] * beam  # (A, 1) row of hypothesis 0
 
-    def step(self, logits: torch.Tensor, length: int, eos_id: int, alpha: float, ban_eos: bool) -> torch.Tensor:
+    def step(self, logits: torch.Tensor, length: int, eos_id: int, alpha: float, ban_eos: bool,
+             banned: tuple[int, ...] = ()) -> torch.Tensor:
         """Extend every open hypothesis by one token (`length` = tokens emitted after
         this step), move those ending with eos (or at the length limit) to the pool.
-        `logits` (A * k, V) float32 are the generator's scores before the softmax.
+        `logits` (A * k, V) float32 are the generator's scores before the softmax;
+        `banned` tokens are never chosen (after the normalisation over all V).
         Returns the rows (A * k,) of the hypotheses that continue, for the caches."""
         active, k = self.scores.size(0), self.beam
         # log P(token | prefix) = logit - logsumexp(logits): normalise only the candidates
         normalizer = logits.logsumexp(dim=1, keepdim=True)
+        if banned:
+            logits[:, list(banned)] = float("-inf")
         if ban_eos:
             logits[:, eos_id] = float("-inf")
         # the best 2k extensions of each hypothesis hold the best 2k of its sentence
@@ -156,6 +160,7 @@ def beam_search(
     nbest: int = 1,
     use_cache: bool = True,
     min_len: int = 0,
+    banned: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Beam search over a batch of sources (B, S) with `beam` hypotheses per sentence.
 
@@ -163,7 +168,9 @@ def beam_search(
     an output holds at most max_len + 1 tokens, its eos included; a hypothesis that
     reaches that length without eos ends there. `min_len` bans eos until at least
     `min_len` tokens have been emitted (min_len = max_len + 1 forces every output to
-    exactly that many tokens, which speed benchmarks use).
+    exactly that many tokens, which speed benchmarks use). `banned` tokens are never
+    emitted: their log-probabilities, normalised over all V outputs, become -inf (what
+    Hugging Face does to pad; the translator bans pad and bos).
 
     Returns tokens (B, nbest, T): each row one hypothesis followed by eos (unless it hit
     its limit), then padding, best first; and scores (B, nbest): the summed
@@ -191,7 +198,7 @@ def beam_search(
         else:
             step_input = search.tokens[:, -1:] if use_cache else search.tokens
             logits = _next_logits(model, memory, src_mask, step_input, cache)
-        rows = search.step(logits, length, eos_id, alpha, ban_eos=length <= min_len)
+        rows = search.step(logits, length, eos_id, alpha, ban_eos=length <= min_len, banned=banned)
         if cache is not None and beam > 1:
             reorder_self_attention(cache, rows)
         done = search.done(length, alpha)

@@ -23,6 +23,7 @@ def greedy_decode(
     pad_id: int,
     use_cache: bool = True,
     min_len: int = 0,
+    banned: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode a batch of sources (B, S) greedily.
 
@@ -31,7 +32,9 @@ def greedy_decode(
     then padding; and scores (B,): the summed log-probabilities of the emitted tokens.
     With `use_cache` each step feeds only the newest token and reuses the keys and values
     of earlier steps; without it every step re-runs the decoder on the whole prefix.
-    `min_len` bans eos until that many tokens have been emitted, as in `beam_search`."""
+    `min_len` bans eos until that many tokens have been emitted, as in `beam_search`;
+    `banned` tokens are never emitted (their log-probabilities, normalised over every
+    output, are set to -inf: Hugging Face's rule for pad)."""
     batch = src.size(0)
     limits = torch.as_tensor(max_len, device=src.device).expand(batch) + 1  # + eos
     src_mask = padding_mask(src, pad_id)
@@ -44,6 +47,8 @@ def greedy_decode(
         step_input = ys[:, -1:] if use_cache else ys
         states = model.decode(memory, src_mask, step_input, cache=cache)
         log_probs = model.generator(states[:, -1])
+        if banned:
+            log_probs[:, list(banned)] = float("-inf")
         if step < min_len:
             log_probs[:, eos_id] = float("-inf")
         best, token = log_probs.max(dim=-1)

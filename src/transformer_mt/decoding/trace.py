@@ -69,9 +69,12 @@ def _next_token(model: EncoderDecoder, memory: torch.Tensor, src_mask: torch.Ten
     return logits, cross
 
 
-def _top(logits: torch.Tensor, top_k: int) -> tuple[list[int], list[float], torch.Tensor]:
-    """The top_k tokens of one row of logits with their probabilities, and its log-probs."""
+def _top(logits: torch.Tensor, top_k: int, banned: tuple[int, ...] = ()) -> tuple[list[int], list[float], torch.Tensor]:
+    """The top_k tokens of one row of logits with their probabilities (normalised over
+    every output; `banned` ones left out), and its log-probs."""
     log_probs = logits.log_softmax(dim=-1)
+    if banned:
+        log_probs[list(banned)] = float("-inf")
     probs, ids = log_probs.exp().topk(min(top_k, logits.size(-1)))
     return ids.tolist(), probs.tolist(), log_probs
 
@@ -97,11 +100,11 @@ def _beam_step(search: BeamState, parents: list[list[int]], length: int, alpha: 
 @torch.inference_mode()
 def trace_beam_search(
     model: EncoderDecoder, src: torch.Tensor, beam: int, max_len: int, bos_id: int, eos_id: int, pad_id: int,
-    length_penalty: float = 0.6, top_k: int = 5, prefix: list[int] | None = None,
+    length_penalty: float = 0.6, top_k: int = 5, prefix: list[int] | None = None, banned: tuple[int, ...] = (),
 ) -> Trace:
     """Beam search over one source (1, S), step by step (see the module docstring).
     `max_len` as in `beam_search` (outputs hold at most max_len + 1 tokens with eos; a
-    longer forced prefix raises it)."""
+    longer forced prefix raises it); `banned` as in `beam_search`."""
     prefix = prefix or []
     src_mask = padding_mask(src, pad_id)
     memory = model.encode(src, src_mask)
@@ -113,7 +116,7 @@ def trace_beam_search(
     try:
         logits, cross = _next_token(model, memory, src_mask, tokens, cache)
         for forced in prefix:  # one hypothesis: the forced tokens, then the search
-            top_ids, top_probs, log_probs = _top(logits[0], top_k)
+            top_ids, top_probs, log_probs = _top(logits[0], top_k, banned)
             logprob += float(log_probs[forced])
             emitted = tokens[0, 1:].tolist() + [forced]
             steps.append(Step(True, top_ids, top_probs, forced, float(log_probs[forced].exp()), 0, cross,
@@ -127,10 +130,10 @@ def trace_beam_search(
         memory, src_mask, logits = (t.index_select(0, expand) for t in (memory, src_mask, logits))
         cache = reorder_cache(cache, expand)
         for length in range(len(prefix) + 1, limit + 1):
-            top_ids, top_probs, _ = _top(logits[0], top_k)
+            top_ids, top_probs, _ = _top(logits[0], top_k, banned)
             parents = search.tokens[:, 1:].tolist()
             log_probs = logits.log_softmax(dim=-1)
-            rows = search.step(logits, length, eos_id, length_penalty, ban_eos=False)
+            rows = search.step(logits, length, eos_id, length_penalty, ban_eos=False, banned=banned)
             candidates, chosen, prob, parent = _beam_step(search, parents, length, length_penalty, log_probs)
             steps.append(Step(False, top_ids, top_probs, chosen, prob, parent, cross, candidates))
             if bool(search.done(length, length_penalty)[0]):

@@ -28,29 +28,37 @@ class Embeddings(nn.Module):
         return self.lut(tokens) * self.scale
 
 
-def sinusoidal_encoding(max_positions: int, d_model: int) -> torch.Tensor:
+def sinusoidal_encoding(max_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """The (max_positions, d_model) table of section 3.5:
 
         PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
         PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 
-    Dimensions 2i and 2i+1 share one frequency.
+    Dimensions 2i and 2i+1 share one frequency. `layout` "halves" puts the same sines and
+    cosines side by side instead, as Marian (OPUS-MT) models do: PE(pos, i) = sin(pos /
+    10000^(2i / d_model)) for i < ceil(d_model / 2), the cosines of the same frequencies in
+    the remaining dimensions (Hugging Face's MarianSinusoidalPositionalEmbedding).
     """
     position = torch.arange(max_positions, dtype=torch.float64)[:, None]
     div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    sines, cosines = torch.sin(position * div_term), torch.cos(position * div_term)[:, : d_model // 2]
+    if layout == "halves":
+        return torch.cat([sines, cosines], dim=1).float()
+    if layout != "interleaved":
+        raise ValueError(f"layout must be 'interleaved' or 'halves', got {layout!r}")
     pe = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(position * div_term)
-    pe[:, 1::2] = torch.cos(position * div_term)[:, : d_model // 2]
+    pe[:, 0::2] = sines
+    pe[:, 1::2] = cosines
     return pe.float()
 
 
 class PositionalEncoding(nn.Module):
     """Adds the sinusoidal encoding to the embeddings, then applies dropout (section 5.4)."""
 
-    def __init__(self, d_model: int, dropout: float, max_positions: int = 1024) -> None:
+    def __init__(self, d_model: int, dropout: float, max_positions: int = 1024, layout: str = "interleaved") -> None:
         super().__init__()
         self.dropout = Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_encoding(max_positions, d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_encoding(max_positions, d_model, layout), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""

@@ -12,10 +12,11 @@ from transformer_mt.model.layers import PositionwiseFeedForward, SublayerConnect
 class EncoderLayer(nn.Module):
     """Self-attention, then a feed-forward network, each wrapped in a SublayerConnection."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool = True) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool = True,
+                 activation: str = "relu") -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
         self.sublayer = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:

@@ -11,17 +11,29 @@ from torch import nn
 from transformer_mt.model.dropout import Dropout
 
 
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (equation 2), applied to each position."""
+# The non-linearity between W_1 and W_2: the paper's ReLU, or swish (SiLU, x * sigmoid(x):
+# OPUS-MT's Marian models) or the exact (erf) GELU, as Hugging Face's "swish" and "gelu".
+ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu, "swish": F.silu, "gelu": F.gelu,
+}
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (equation 2), applied to each position;
+    `activation` swish or gelu replaces max(0, .)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = Dropout(dropout)
+        if activation not in ACTIVATION_FUNCTIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATION_FUNCTIONS)}, got {activation!r}")
+        self.activation = activation
+        self.act = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return self.w_2(self.dropout(self.act(self.w_1(x))))
 
 
 class SublayerConnection(nn.Module):

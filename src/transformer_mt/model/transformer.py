@@ -13,6 +13,13 @@ from transformer_mt.model.embeddings import Embeddings, PositionalEncoding
 from transformer_mt.model.encoder import Encoder
 
 
+# A generator bias this low marks an output the model never gives probability to: exp of it
+# (minus the log-sum-exp) underflows to exactly 0 in fp32 and bf16, yet it stays finite, so
+# losses, gradients and weight checks stay finite. An imported Marian model's bos row is a
+# copy of its decoder-start row that Marian's output layer does not have (interop/marian.py).
+NEVER_LOGIT = -1e9
+
+
 class Generator(nn.Module):
     """The final linear projection and softmax that turn decoder states into
     next-token log-probabilities (section 3.4)."""
@@ -20,6 +27,11 @@ class Generator(nn.Module):
     def __init__(self, d_model: int, vocab_size: int) -> None:
         super().__init__()
         self.proj = nn.Linear(d_model, vocab_size)
+
+    def never_emitted(self) -> list[int]:
+        """The outputs whose bias is NEVER_LOGIT (or lower): probability exactly 0. The
+        label-smoothed loss leaves them out; a trained model has none."""
+        return (self.proj.bias.detach() <= NEVER_LOGIT / 2).nonzero().view(-1).tolist()
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d_model) -> unnormalised scores (B, T, vocab); the loss takes these."""
@@ -102,7 +114,8 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         raise ValueError("model.src_vocab_size and model.tgt_vocab_size must be set (from the tokenizer)")
     if cfg.share_vocab and src_vocab != tgt_vocab:
         raise ValueError(f"share_vocab needs equal vocabularies, got {src_vocab} and {tgt_vocab}")
-    layer_args = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout)
+    layer_args = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
+                      activation=cfg.activation)
     tgt_embed = Embeddings(tgt_vocab, cfg.d_model, padding_idx=None)
     src_embed = tgt_embed if cfg.share_vocab else Embeddings(src_vocab, cfg.d_model)
     generator = Generator(cfg.d_model, tgt_vocab)
@@ -112,7 +125,7 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         src_embed,
         tgt_embed,
         generator,
-        PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions),
+        PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions, cfg.positional_layout),
     )
     initialize(model)
     if cfg.tie_embeddings:

@@ -62,8 +62,8 @@ def removed_on_failure(run: RunDir, active: bool) -> Iterator[None]:
 def train_vocabulary(cfg: Config, run: RunDir) -> Tokenizer:
     """Train the run's joint sentencepiece vocabulary (what `transformer-mt vocab` does)."""
     run.check_writable()
-    if run.tokenizer.is_file():
-        raise UserError(f"{run.tokenizer}: exists already; a run keeps its vocabulary (use a new --run)")
+    if run.tokenizer_file.is_file():
+        raise UserError(f"{run.tokenizer_file}: exists already; a run keeps its vocabulary (use a new --run)")
     with removed_on_failure(run, active=True):
         run.root.mkdir(parents=True, exist_ok=True)
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
@@ -79,16 +79,16 @@ def prepare(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = 
     if ctx.is_main:
         run.root.mkdir(parents=True, exist_ok=True)
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-        if cfg.train.init_from and not run.tokenizer.is_file():
+        if cfg.train.init_from and not run.tokenizer_file.is_file():
             copy_tokenizer(RunDir(Path(cfg.train.init_from)).require(), run)
-        tokenizer = load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer, cfg.train.seed)
-        data = prepare_corpus(paths, run.tokenizer, len(tokenizer), run.prepared, limits,
+        tokenizer = load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer_file, cfg.train.seed)
+        data = prepare_corpus(paths, run.tokenizer_file, len(tokenizer), run.prepared, limits,
                               may_rebuild=not list_checkpoints(run.checkpoints), progress=progress)
     barrier(ctx)
     if not ctx.is_main:
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
         tokenizer = run.read_tokenizer()
-        data = require_prepared(paths, run.tokenizer, run.prepared, limits)
+        data = require_prepared(paths, run.tokenizer_file, run.prepared, limits)
     vocab = len(tokenizer)
     cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab))
     if ctx.is_main and not run.config.is_file():
@@ -97,16 +97,18 @@ def prepare(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = 
 
 
 SHAPE_KEYS = ("n_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings",
-              "share_vocab", "src_vocab_size", "tgt_vocab_size")  # what must match to load another run's weights
+              "share_vocab", "src_vocab_size", "tgt_vocab_size", "activation",
+              "positional_layout")  # what must match to load another run's weights
 
 
 def copy_tokenizer(source: RunDir, run: RunDir) -> None:
     """A fine-tuned run keeps the vocabulary of the run it starts from (its embeddings
-    are rows of that vocabulary): tokenizer.model (+ .vocab) copied, atomically."""
-    for name in (source.tokenizer, source.tokenizer.with_suffix(".vocab")):
-        if name.is_file():
-            with atomic_path(run.root / name.name) as tmp:
-                shutil.copyfile(name, tmp)
+    are rows of that vocabulary): tokenizer.model (+ .vocab), or an imported run's
+    vocab.json, source.spm and target.spm, copied atomically (vocab.json, which names
+    the vocabulary, last)."""
+    for name in reversed(source.tokenizer_files()):
+        with atomic_path(run.root / name.name) as tmp:
+            shutil.copyfile(name, tmp)
     log.info("vocabulary copied from %s (data.vocab_* settings are not used)", source.root)
 
 

@@ -41,37 +41,49 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     cache and keeps only the logits (bf16 under autocast) and the target's log-probability;
     the backward recomputes the softmax block by block straight into a gradient of the
     logits' dtype, and writes the target column, where p_y - (1 - s) cancels, from the saved
-    full-precision log-probability. Rows whose target is `ignore_index` contribute nothing."""
+    full-precision log-probability. Rows whose target is `ignore_index` contribute nothing.
+
+    `never` (a tensor of column ids, or None) names outputs the model gives probability
+    exactly 0 (Generator.never_emitted: an imported model's extra bos column): they are
+    left out of q, so the mean runs over the other columns and their gradient is 0."""
 
     ROWS = 256
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, smoothing: float, ignore_index: int):
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, smoothing: float, ignore_index: int,
+                never: torch.Tensor | None = None):
         keep = target != ignore_index
         index = target.clamp(min=0)[:, None]
+        columns = logits.size(-1) - (0 if never is None else never.numel())
         losses, target_log_probs = [], []
         for rows in _blocks(logits.size(0), SmoothedCrossEntropy.ROWS):
             log_probs = torch.log_softmax(logits[rows], dim=-1, dtype=_accumulation_dtype(logits))
             target_log_probs.append(log_probs.gather(1, index[rows]))
-            losses.append(-(1.0 - smoothing) * target_log_probs[-1].squeeze(1) - smoothing * log_probs.mean(dim=-1))
+            if never is None:
+                mean = log_probs.mean(dim=-1)
+            else:  # their log-probabilities (~NEVER_LOGIT) leave the sum, not subtracted from it
+                mean = log_probs.index_fill_(1, never, 0.0).sum(dim=-1) / columns
+            losses.append(-(1.0 - smoothing) * target_log_probs[-1].squeeze(1) - smoothing * mean)
         ctx.save_for_backward(logits, index, keep, torch.cat(target_log_probs))
-        ctx.smoothing = smoothing
+        ctx.smoothing, ctx.never, ctx.columns = smoothing, never, columns
         return torch.cat(losses).masked_fill(~keep, 0.0).sum()
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         logits, index, keep, target_log_probs = ctx.saved_tensors
-        s, uniform = ctx.smoothing, ctx.smoothing / logits.size(-1)
+        s, uniform = ctx.smoothing, ctx.smoothing / ctx.columns
         weight = (grad_output * keep)[:, None].to(target_log_probs.dtype)  # (N, 1): 0 if ignored
         grad = torch.empty_like(logits)
         for rows in _blocks(logits.size(0), SmoothedCrossEntropy.ROWS):
             torch.softmax(logits[rows], dim=-1, out=grad[rows])
         grad.sub_(uniform).mul_(weight.to(grad.dtype))  # (softmax - q) * weight, off the target
+        if ctx.never is not None:
+            grad.index_fill_(1, ctx.never, 0.0)  # p = q = 0 there
         # At the target, p_y - (1 - s) cancels: computed in full precision, not from grad.
         at_target = (target_log_probs.exp() - (1.0 - s) - uniform) * weight
         rows = torch.arange(grad.size(0), device=grad.device)
         grad.index_put_((rows, index.squeeze(1)), at_target.squeeze(1).to(grad.dtype))  # not scatter_: it copies
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
 def _blocks(n: int, size: int) -> list[slice]:
@@ -82,17 +94,24 @@ class LabelSmoothingLoss(torch.nn.Module):
     """Cross entropy against the smoothed target; padding positions contribute nothing.
 
     Returns the *sum* over real target tokens (the trainer divides by the token count of
-    the whole, possibly accumulated, batch so every token weighs the same)."""
+    the whole, possibly accumulated, batch so every token weighs the same).
 
-    def __init__(self, vocab_size: int, pad_id: int, epsilon: float = 0.1) -> None:
+    `never`: outputs the model never emits (Generator.never_emitted); epsilon is then
+    spread over the other V - 1 - len(never) tokens instead of V - 1. Empty for a model
+    trained here, whose loss is unchanged."""
+
+    def __init__(self, vocab_size: int, pad_id: int, epsilon: float = 0.1, never: list[int] | tuple = ()) -> None:
         super().__init__()
         self.vocab_size = vocab_size
         self.pad_id = pad_id
         self.epsilon = epsilon
-        self.smoothing = torch_smoothing(epsilon, vocab_size) if epsilon > 0 else 0.0
+        self.never = sorted(set(never))
+        columns = vocab_size - len(self.never)
+        self.smoothing = torch_smoothing(epsilon, columns) if epsilon > 0 else 0.0
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """logits (B, T, V), target (B, T) -> scalar summed loss."""
+        never = torch.tensor(self.never, device=logits.device) if self.never else None
         return SmoothedCrossEntropy.apply(
-            logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id
+            logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id, never
         )

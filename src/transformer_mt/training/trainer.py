@@ -129,7 +129,8 @@ class Trainer:
             )
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
         self.scheduler = make_scheduler(self.optimizer, cfg.model.d_model, cfg.train)
-        self.criterion = LabelSmoothingLoss(len(tokenizer), PAD_ID, cfg.train.label_smoothing)
+        self.criterion = LabelSmoothingLoss(len(tokenizer), PAD_ID, cfg.train.label_smoothing,
+                                            never=self.model.generator.never_emitted())
         self.batches = BatchStream(data.train_src, data.train_tgt, cfg.data.max_tokens,
                                    cfg.train.seed, rank, world_size, cfg.train.accumulate)
         self.state = TrainState()

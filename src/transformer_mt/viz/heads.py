@@ -58,7 +58,7 @@ def head_entropies(translator: Translator, sources: list[str], references: list[
     longest = translator.max_source
     model.set_store_attention(True)
     try:
-        for src_ids, tgt_ids in zip(tokenizer.encode(sources), tokenizer.encode(references)):
+        for src_ids, tgt_ids in zip(tokenizer.encode(sources), tokenizer.encode_target(references)):
             src = torch.tensor([src_ids[:longest] + [EOS_ID]], device=translator.device)
             tgt_in = torch.tensor([[BOS_ID] + tgt_ids[:longest]], device=translator.device)
             model(src, tgt_in, padding_mask(src, PAD_ID))

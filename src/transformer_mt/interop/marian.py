@@ -1,0 +1,359 @@
+"""Import a Hugging Face Marian model (the OPUS-MT models) as an ordinary run directory:
+`transformer-mt import marian SOURCE --run RUN`.
+
+SOURCE is a folder in the Hugging Face layout (config.json, model.safetensors or
+pytorch_model.bin, source.spm, target.spm, vocab.json, optional generation_config.json)
+or a model name such as Helsinki-NLP/opus-mt-en-de, downloaded with huggingface_hub (the
+`interop` extra). Nothing here needs `transformers`: the files are read directly.
+
+What differs from the paper's model, and how it is carried over (checked against
+transformers' models/marian: modeling_marian.py, configuration_marian.py,
+tokenization_marian.py and convert_marian_to_pytorch.py):
+
+- post-norm (LayerNorm(x + Sublayer(x)), eps 1e-5, no LayerNorm after either stack):
+  model.norm_first false; embeddings times sqrt(d_model) (`scale_embedding`, which must be
+  true: our Embeddings always scale);
+- sinusoidal positions with the sines in the first half of the dimensions and the
+  cosines in the second (the paper's frequencies, positions from 0): positional_layout halves;
+- the feed-forward activation (`swish` = SiLU in OPUS-MT, or relu, gelu): model.activation;
+- q/k/v projections stacked into our in_proj (W^Q, W^K, W^V rows), fc1/fc2 -> w_1/w_2,
+  self_attn_layer_norm / encoder_attn_layer_norm / final_layer_norm -> the sublayer norms
+  in order, the shared embedding (and lm_head when untied) -> embeddings and generator,
+  final_logits_bias -> the generator's bias; with tie_word_embeddings false, transformers
+  5 reads the encoder's and decoder's own embed_tokens: where they differ, model.share_vocab
+  is false (two embedding matrices over the one vocabulary);
+- Marian's ids (eos 0, unk 1, pad V-1, the decoder starting from pad) are reordered into
+  ours (pad 0, unk 1, bos 2, eos 3) with one extra row: see data/marian_tokenizer.py. The
+  extra bos output gets the bias NEVER_LOGIT (probability exactly 0), so our softmax over
+  V + 1 outputs is Hugging Face's over V; with `renormalize_logits` (in the OPUS-MT
+  generation configs) Hugging Face normalises again after banning pad, which equals giving
+  pad NEVER_LOGIT too, and so the importer does;
+- decoding defaults: beam = num_beams; decode.length_penalty = length_penalty (Hugging Face
+  divides the log-probability by |Y| ** length_penalty, we by ((5 + |Y|) / 6) ** alpha:
+  equal at 0, and both grow with length, but at alpha > 0 the two may rank hypotheses
+  differently; the value is copied, not converted); the output limit is 2 x source + 50 subwords,
+  within the positional table (Hugging Face stops at max_length 512 only, and forces eos
+  as the last token there, `forced_eos_token_id`; ours ends such an output unfinished).
+
+Refused with one line: separate source/target vocabularies, learned positions, pre-norm
+or extra LayerNorms, unscaled embeddings, other activations, unequal encoder/decoder sizes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer_mt.config import Config, DataConfig, DecodeConfig, ModelConfig
+from transformer_mt.data.marian_tokenizer import EOS_PIECE, PAD_PIECE, MarianTokenizer
+from transformer_mt.data.tokenizer import BOS_ID, MARIAN_TOKENIZER_FILES, PAD_ID
+from transformer_mt.errors import UserError
+from transformer_mt.files import atomic_path, atomic_write_text
+from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
+from transformer_mt.runs import RunDir, save_weights
+
+log = logging.getLogger("transformer_mt")
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # name or namespace/name
+DOWNLOADED = ["config.json", "generation_config.json", "tokenizer_config.json", *MARIAN_TOKENIZER_FILES]
+ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}  # Hugging Face name -> ours
+REFUSED_FLAGS = {  # config.json keys (older conversions carry them) whose other value we cannot represent
+    "normalize_before": (False, "pre-norm layers"),
+    "add_final_layer_norm": (False, "a LayerNorm after each stack"),
+    "normalize_embedding": (False, "a LayerNorm on the embeddings"),
+    "layernorm_embedding": (False, "a LayerNorm on the embeddings"),
+    "static_position_embeddings": (True, "learned positional embeddings"),
+    "scale_embedding": (True, "embeddings not scaled by sqrt(d_model)"),
+    "share_encoder_decoder_embeddings": (True, "separate source and target vocabularies"),
+    "add_bias_logits": (False, "a bias inside lm_head"),
+}
+ATTENTION = {"self_attn": "self_attn", "encoder_attn": "src_attn"}  # Hugging Face -> ours
+EMBEDDING_KEYS = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+NORMS = {"encoder": ("self_attn_layer_norm", "final_layer_norm"),
+         "decoder": ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")}
+
+
+def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
+    """Write the run directory `run_dir` from the Marian model `source` (folder or name):
+    built in a temporary folder beside it and renamed into place, so a failed import
+    leaves nothing. An existing run (a non-empty folder) is refused."""
+    run = RunDir(Path(run_dir))
+    if run.root.exists() and (not run.root.is_dir() or any(run.root.iterdir())):
+        raise UserError(f"{run.root}: exists already; import into a new --run")
+    folder = resolve_source(source)
+    hf = read_json(folder / "config.json", required=True)
+    generation = {**hf, **read_json(folder / "generation_config.json")}
+    tokenizer = MarianTokenizer.load(folder)
+    check_config(hf, tokenizer, folder)
+    state = {key.removeprefix("model."): tensor for key, tensor in read_weights(folder).items()}
+    source_embedding, target_embedding, _ = embeddings(state, hf, folder)
+    cfg = run_config(hf, generation, len(tokenizer), share_vocab=torch.equal(source_embedding, target_embedding))
+    model = build_model(cfg.model)
+    load_marian_state(model, state, hf, tokenizer.rows, folder)
+    never = [BOS_ID] + ([PAD_ID] if generation.get("renormalize_logits") else [])
+    with torch.no_grad():
+        model.generator.proj.bias[never] = NEVER_LOGIT
+    run.root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RunDir(run.root.with_name(f".{run.root.name}.import-{os.getpid()}"))
+    shutil.rmtree(tmp.root, ignore_errors=True)
+    try:
+        tmp.root.mkdir()
+        for name in MARIAN_TOKENIZER_FILES:
+            with atomic_path(tmp.root / name) as out:
+                shutil.copyfile(folder / name, out)
+        tmp.write_config(cfg)
+        save_weights(model, tmp.best)
+        write_provenance(tmp, source, folder, hf, generation, never)
+        os.replace(tmp.root, run.root)
+    except BaseException:
+        shutil.rmtree(tmp.root, ignore_errors=True)
+        raise
+    log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords (+1 bos row), activation %s",
+             source, run.root, cfg.model.n_layers, cfg.model.n_layers, cfg.model.d_model,
+             len(tokenizer) - 1, cfg.model.activation)
+    return run
+
+
+# ---- the source --------------------------------------------------------------------------
+def resolve_source(source: str | Path) -> Path:
+    """A local folder as it is; anything else is a model name downloaded from the Hub."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise UserError(f"{source}: not a folder (give a folder in the Hugging Face Marian layout or a model name)")
+    if not HUB_NAME.match(str(source)):
+        raise UserError(f"{source}: no such folder (nor a Hub model name such as Helsinki-NLP/opus-mt-en-de)")
+    return download(str(source))
+
+
+def download(name: str) -> Path:
+    """config, tokenizer files and weights of the Hub model `name` (safetensors if it has them)."""
+    how = (f"on a machine that is online run `hf download {name} --local-dir DIR` (or fetch "
+           f"config.json, generation_config.json, source.spm, target.spm, vocab.json and model.safetensors or "
+           f"pytorch_model.bin from https://huggingface.co/{name}), then import DIR")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserError(f"{name}: no such folder, and downloading a model by name needs huggingface_hub "
+                        f"(pip install 'transformer-mt[interop]'); or {how}") from None
+    try:
+        folder = Path(snapshot_download(repo_id=name, allow_patterns=DOWNLOADED + ["model.safetensors"]))
+        if not (folder / "model.safetensors").is_file():
+            folder = Path(snapshot_download(repo_id=name, allow_patterns=DOWNLOADED + ["pytorch_model.bin"]))
+    except Exception as err:  # offline, unknown name, HTTP errors: all end here
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise UserError(f"{name}: no such folder, and downloading it from the Hugging Face Hub failed "
+                        f"({type(err).__name__}: {reason}); {how}") from None
+    return folder
+
+
+def read_json(path: Path, required: bool = False) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise UserError(f"{path}: missing; is {path.parent} a Hugging Face Marian model folder?")
+        return {}
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserError(f"{path}: not readable JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(found, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return found
+
+
+# ---- the configuration -------------------------------------------------------------------
+def check_config(hf: dict[str, Any], tokenizer: MarianTokenizer, folder: Path) -> None:
+    """Refuse, in one line, what our model cannot represent exactly."""
+    where = folder / "config.json"
+    if hf.get("model_type", "marian") != "marian":
+        raise UserError(f"{where}: model_type is {hf.get('model_type')!r}, not a Marian model")
+    for key, (needed, what) in REFUSED_FLAGS.items():
+        default = False if key == "scale_embedding" else needed  # MarianConfig's own default
+        if bool(hf.get(key, default)) != needed:
+            raise UserError(f"{where}: {key} is {hf.get(key, default)}: {what} is not supported by this import")
+    if (folder / "target_vocab.json").is_file() or read_json(folder / "tokenizer_config.json").get("separate_vocabs"):
+        raise UserError(f"{folder}: separate source and target vocabularies (target_vocab.json) are not "
+                        "supported by this import; only models with one shared vocabulary")
+    for ours, enc, dec in (("n_layers", "encoder_layers", "decoder_layers"), ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
+                           ("n_heads", "encoder_attention_heads", "decoder_attention_heads")):
+        if enc not in hf or hf[enc] != hf.get(dec):
+            raise UserError(f"{where}: {enc} ({hf.get(enc)}) and {dec} ({hf.get(dec)}) must be given and equal "
+                            f"(our model.{ours} sizes both stacks)")
+    activation = hf.get("activation_function", "gelu")
+    if activation not in ACTIVATIONS:
+        raise UserError(f"{where}: activation_function {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
+    vocab, size = tokenizer.vocab, hf.get("vocab_size")
+    if size != len(vocab) or hf.get("decoder_vocab_size", size) not in (None, size):
+        raise UserError(f"{where}: vocab_size {size} (decoder_vocab_size {hf.get('decoder_vocab_size')}) differs "
+                        f"from the {len(vocab)} pieces of vocab.json")
+    for key, piece in (("eos_token_id", EOS_PIECE), ("pad_token_id", PAD_PIECE), ("decoder_start_token_id", PAD_PIECE)):
+        if hf.get(key) != vocab[piece]:
+            note = "; only models whose decoder starts from pad are supported" if key.startswith("decoder") else ""
+            raise UserError(f"{where}: {key} is {hf.get(key)!r} but vocab.json has {piece} at {vocab[piece]}{note}")
+
+
+def run_config(hf: dict[str, Any], generation: dict[str, Any], rows: int, share_vocab: bool = True) -> Config:
+    """The run's config.yaml: the model section from config.json, decoding defaults from
+    generation_config.json (see the module docstring), the other sections the defaults.
+    `share_vocab` false: the encoder's and decoder's embeddings differ (one vocabulary)."""
+    positions = int(hf.get("max_position_embeddings", 1024))
+    model = ModelConfig(
+        n_layers=hf["encoder_layers"], d_model=hf["d_model"], d_ff=hf["encoder_ffn_dim"],
+        n_heads=hf["encoder_attention_heads"], dropout=float(hf.get("dropout", 0.1)), norm_first=False,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), share_vocab=share_vocab, max_positions=positions,
+        src_vocab_size=rows, tgt_vocab_size=rows, activation=ACTIVATIONS[hf.get("activation_function", "gelu")],
+        positional_layout="halves",
+    )
+    max_length = int(generation.get("max_length") or 512)
+    decode = DecodeConfig(beam=max(1, int(generation.get("num_beams") or 4)),
+                          length_penalty=max(0.0, float(generation.get("length_penalty", 1.0))),
+                          max_len_a=2.0, max_len_b=max(1, min(50, max_length - 2)))
+    cfg = Config(model=model, data=DataConfig(max_len=min(250, positions - 1)), decode=decode)
+    cfg.validate()
+    return cfg
+
+
+# ---- the weights -------------------------------------------------------------------------
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, else pytorch_model.bin (read with weights_only=True), as float32."""
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                state = load_file(str(path))
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # a damaged or foreign file
+            raise UserError(f"{path}: not a readable weights file ({type(err).__name__}: "
+                            f"{(str(err).strip().splitlines() or [''])[0][:200]})") from None
+        if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+            raise UserError(f"{path}: expected a dictionary of tensors")
+        return {key: tensor.float() for key, tensor in state.items()}
+    sharded = [p.name for p in folder.glob("*.index.json")]
+    raise UserError(f"{folder}: no {' or '.join(WEIGHT_FILES)}" + (f" (sharded weights, {sharded[0]}, are not supported)"
+                                                                   if sharded else ""))
+
+
+def load_marian_state(model: EncoderDecoder, state: dict[str, torch.Tensor], hf: dict[str, Any],
+                      rows: list[int], folder: Path) -> None:
+    """Copy every Marian weight (keys without the "model." prefix) into `model` (rows of
+    the vocabulary reordered by `rows`: our row i holds Marian's row rows[i]); a missing or
+    left-over weight is refused."""
+    where = folder / "config.json"
+    used: set[str] = set(EMBEDDING_KEYS) | {"lm_head.weight", "final_logits_bias"}
+
+    def take(key: str) -> torch.Tensor:
+        if key not in state:
+            raise UserError(f"{folder}: the weights have no {key} (is it a MarianMTModel checkpoint?)")
+        used.add(key)
+        return state[key]
+
+    index = torch.tensor(rows)
+    source_embedding, target_embedding, output = (t[index] for t in embeddings(state, hf, folder))
+    ours = {"src_embed.lut.weight": source_embedding, "tgt_embed.lut.weight": target_embedding,
+            "generator.proj.weight": output}
+    bias = state.get("final_logits_bias", torch.zeros(1, output.size(0)))  # missing: zeros, as Hugging Face loads it
+    ours["generator.proj.bias"] = bias.reshape(-1)[index]
+    for stack in ("encoder", "decoder"):
+        check_positions(state, used, f"{stack}.embed_positions.weight", model, where)
+        for i in range(hf[f"{stack}_layers"]):
+            ours.update(_layer(take, f"{stack}.layers.{i}.", stack))
+    unused = sorted(set(state) - used)
+    if unused:
+        raise UserError(f"{folder}: weights this import does not know: {', '.join(unused[:4])}"
+                        + (f" and {len(unused) - 4} more" if len(unused) > 4 else ""))
+    expected = model.state_dict()
+    for key, tensor in ours.items():
+        if key not in expected or expected[key].shape != tensor.shape:
+            raise UserError(f"{folder}: {key} has shape {tuple(tensor.shape)}, config.json implies "
+                            f"{tuple(expected[key].shape) if key in expected else 'none'}")
+    model.load_state_dict(ours, strict=True)
+
+
+def embeddings(state: dict[str, torch.Tensor], hf: dict[str, Any], folder: Path) -> tuple[torch.Tensor, ...]:
+    """The (V, d_model) source embedding, target embedding and output matrix (lm_head),
+    as transformers ties them: with tie_word_embeddings (the default) all three are
+    `shared`; without, lm_head is its own and the encoder and decoder read their
+    embed_tokens (copies of `shared` in every OPUS-MT checkpoint; ours then too)."""
+    found = {key: state[key] for key in EMBEDDING_KEYS if key in state}
+    if not found:
+        raise UserError(f"{folder}: the weights have no {' or '.join(EMBEDDING_KEYS)} (is it a MarianMTModel checkpoint?)")
+    shared = found.get("shared.weight", next(iter(found.values())))
+    if bool(hf.get("tie_word_embeddings", True)):
+        chosen = (shared, shared, shared)
+    elif "lm_head.weight" not in state:
+        raise UserError(f"{folder}: tie_word_embeddings is false but the weights have no lm_head.weight")
+    else:
+        chosen = (found.get("encoder.embed_tokens.weight", shared), found.get("decoder.embed_tokens.weight", shared),
+                  state["lm_head.weight"])
+    shape = (hf["vocab_size"], hf["d_model"])
+    if any(tuple(t.shape) != shape for t in chosen) or state.get("final_logits_bias", torch.zeros(shape[0])).numel() != shape[0]:
+        raise UserError(f"{folder}: the embeddings or lm_head are not (vocab_size, d_model) = {shape} as config.json says")
+    return chosen
+
+
+def _layer(take, prefix: str, stack: str) -> dict[str, torch.Tensor]:
+    """Our weights of one encoder or decoder layer from Marian's `prefix` keys."""
+    out = {}
+    for theirs, mine in ATTENTION.items():
+        if stack == "encoder" and theirs == "encoder_attn":
+            continue
+        parts = [f"{prefix}{theirs}.{name}_proj" for name in ("q", "k", "v")]  # in_proj stacks W^Q, W^K, W^V
+        out[f"{prefix}{mine}.in_proj.weight"] = torch.cat([take(f"{p}.weight") for p in parts])
+        out[f"{prefix}{mine}.in_proj.bias"] = torch.cat([take(f"{p}.bias") for p in parts])
+        for name in ("weight", "bias"):
+            out[f"{prefix}{mine}.out_proj.{name}"] = take(f"{prefix}{theirs}.out_proj.{name}")
+    for theirs, mine in (("fc1", "w_1"), ("fc2", "w_2")):
+        for name in ("weight", "bias"):
+            out[f"{prefix}feed_forward.{mine}.{name}"] = take(f"{prefix}{theirs}.{name}")
+    for i, norm in enumerate(NORMS[stack]):  # the residual sub-layers in order
+        for name in ("weight", "bias"):
+            out[f"{prefix}sublayer.{i}.norm.{name}"] = take(f"{prefix}{norm}.{name}")
+    return out
+
+
+def check_positions(state: dict[str, torch.Tensor], used: set[str], key: str, model: EncoderDecoder,
+                    where: Path) -> None:
+    """A stored positional table (older checkpoints keep one) must be the sinusoid we
+    compute (halves layout), up to fp16 rounding: learned positions are refused."""
+    if key not in state:
+        return
+    used.add(key)
+    stored, table = state[key], model.positional.pe
+    if stored.shape != table.shape or (stored - table).abs().max() > 2e-3:
+        raise UserError(f"{where}: {key} is not the sinusoidal table of Marian (learned positions are not supported)")
+
+
+def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str, Any],
+                     generation: dict[str, Any], never: list[int]) -> None:
+    """imported.json (where the run came from, file digests, the id layout) and README.md."""
+    files = [folder / name for name in ("config.json", "generation_config.json", *WEIGHT_FILES, *MARIAN_TOKENIZER_FILES)]
+    digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    record = {
+        "format": "huggingface-marian", "source": str(source), "folder": str(folder.resolve()), "imported": when,
+        "sha256": digests,
+        "marian_ids": {"eos": hf.get("eos_token_id"), "pad": hf.get("pad_token_id"),
+                       "decoder_start": hf.get("decoder_start_token_id"), "vocab_size": hf.get("vocab_size")},
+        "rows": "ours 0 (pad) <- Marian pad, 1 (unk) <- unk, 2 (bos) <- pad (decoder start), 3 (eos) <- eos, "
+                "4.. <- the other Marian ids in order",
+        "never_emitted": never, "renormalize_logits": bool(generation.get("renormalize_logits")),
+    }
+    atomic_write_text(run.root / "imported.json", json.dumps(record, indent=1) + "\n")
+    atomic_write_text(run.root / "README.md",
+                      f"Imported from {source} (Hugging Face Marian format) by `transformer-mt import marian` "
+                      f"on {when}; see imported.json.\n")
