@@ -412,3 +412,21 @@ def test_fine_tuning_the_imported_model_lowers_its_loss_and_leaves_it(marian, tm
                                                                                       "target.spm"))
     _, _, model = load_run_model(RunDir(tuned), "last")
     assert model.generator.proj.bias[BOS_ID].item() == NEVER_LOGIT  # never emitted: no gradient moved it
+
+
+def test_the_imported_run_exports_to_ctranslate2(marian, tmp_path: Path) -> None:
+    """An imported run through `export ctranslate2`: CTranslate2's greedy output equals ours
+    (pad and bos suppressed there, as our decoders ban them)."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    _, _, run = marian
+    out = tmp_path / "ct2"
+    assert main(["-q", "export", "ctranslate2", str(run), "--out", str(out)]) == 0
+    assert {"vocab.json", "source.spm", "target.spm", "model.bin"} <= {p.name for p in out.iterdir()}
+    translator = Translator.from_run(run, device="cpu")
+    settings = translator.settings(beam=1, length_penalty=0.0, max_len_a=0.0, max_len_b=MAX_NEW - 1)
+    ours = [row[0] for row in translator.search(SEARCHED, settings)]
+    pieces = [translator.tokenizer.id_to_piece(ids) for ids in translator.tokenizer.encode(SEARCHED)]
+    engine = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
+    results = engine.translate_batch(pieces, beam_size=1, length_penalty=0, min_decoding_length=0,
+                                     max_decoding_length=MAX_NEW, suppress_sequences=[["<pad>"], ["<s>"]])
+    assert [r.hypotheses[0] for r in results] == [h.tokens for h in ours]

@@ -28,10 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ct2 = targets.add_parser(
         "ctranslate2", help="a CTranslate2 model folder (needs pip install 'transformer-mt[interop]')",
         description="Write RUN as a CTranslate2 model folder: model.bin, config.json, "
-                    "shared_vocabulary.json, the run's tokenizer.model and transformer_mt.json.",
-        epilog="CTranslate2 takes sentencepiece pieces: encode with DIR/tokenizer.model, pass "
-               "max_input_length=MAX_POSITIONS (see DIR/transformer_mt.json) so that long inputs are "
-               "truncated as `translate` does, and decode the output pieces with the same model.",
+                    "shared_vocabulary.json, the run's tokenizer files (tokenizer.model; or vocab.json, "
+                    "source.spm, target.spm for an imported OPUS-MT run) and transformer_mt.json.",
+        epilog="CTranslate2 takes sentencepiece pieces: encode with DIR/tokenizer.model (imported runs: "
+               "DIR/source.spm), pass max_input_length=MAX_POSITIONS (see DIR/transformer_mt.json) so that "
+               "long inputs are truncated as `translate` does, and decode the output pieces with the same "
+               "model (imported runs: DIR/target.spm).",
     )
     ct2.add_argument("run", help="run directory written by `train` or `demo`")
     ct2.add_argument("--out", required=True, metavar="DIR",

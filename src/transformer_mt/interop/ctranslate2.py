@@ -86,7 +86,8 @@ def export_ctranslate2(
     _check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint)
     spec = build_spec(model, tokenizer, getattr(cfg.model, "activation", "relu"), str(run.root))
-    spec.register_file(str(run.tokenizer), "tokenizer.model")
+    for path in run.tokenizer_files():  # tokenizer.model, or an imported run's vocab.json + spm models
+        spec.register_file(str(path), path.name)
     try:
         spec.validate()
         spec.optimize(quantization=quantization)
