@@ -190,7 +190,7 @@ def test_cli_writes_the_folder_atomically_and_refuses_in_one_line(
     out = tmp_path / "ct2"
     assert main(["export", "ctranslate2", str(run), "--out", str(out), "--quantization", "int8_float32"]) == 0
     assert {p.name for p in out.iterdir()} == {"model.bin", "config.json", "shared_vocabulary.json",
-                                             "tokenizer.model", METADATA}
+                                             "tokenizer.model", "tokenizer.vocab", METADATA}
     config = json.loads((out / "config.json").read_text())
     assert (config["add_source_eos"], config["add_source_bos"], config["decoder_start_token"]) == (True, False, "<s>")
     assert json.loads((out / METADATA).read_text())["quantization"] == "int8_float32"
