@@ -30,7 +30,7 @@ def loss_on(run: Path, checkpoint: str, src_file: Path, tgt_file: Path) -> float
     _, tokenizer, model = load_run_model(RunDir(run), checkpoint)
     model.eval()
     src = [ids + [EOS_ID] for ids in tokenizer.encode(src_file.read_text().splitlines())]
-    tgt = tokenizer.encode(tgt_file.read_text().splitlines())
+    tgt = tokenizer.encode_target(tgt_file.read_text().splitlines())
     total = tokens = 0.0
     with torch.inference_mode():
         for s, t in zip(src, tgt):

@@ -5,7 +5,6 @@ what is refused; every feature on the imported run; fine-tuning it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import shutil
@@ -18,6 +17,8 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the reference needs transformers (the interop extra)")
 from transformers import MarianConfig, MarianMTModel  # noqa: E402
 from transformers import MarianTokenizer as HFMarianTokenizer  # noqa: E402
+
+from test_finetune import digest, loss_on  # noqa: E402  (the measures the fine-tuning of ordinary runs uses)
 
 from transformer_mt.cli import main  # noqa: E402
 from transformer_mt.data.marian_tokenizer import MarianTokenizer  # noqa: E402
@@ -366,27 +367,6 @@ def test_every_feature_works_on_the_imported_run(marian, tmp_path: Path, capsys)
     assert steps["source_tokens"] == ["\u2581the", "\u2581cat", "\u2581sees", "\u2581a", "\u2581dog", "</s>"]
     assert body["results"][0]["attention"] and body["results"][0]["source_tokens"] == steps["source_tokens"][:-1]
     assert all(t["token"] not in ("<pad>", "<s>") for step in steps["steps"] for t in step["top_k"])
-
-
-def loss_on(run: Path, checkpoint: str, src_file: Path, tgt_file: Path) -> float:
-    """Mean cross entropy per target token on a corpus (teacher forcing)."""
-    _, tokenizer, model = load_run_model(RunDir(run), checkpoint)
-    model.eval()
-    src = [ids + [EOS_ID] for ids in tokenizer.encode(src_file.read_text().splitlines())]
-    tgt = tokenizer.encode_target(tgt_file.read_text().splitlines())
-    total = tokens = 0.0
-    with torch.inference_mode():
-        for s, t in zip(src, tgt):
-            s_ids, t_in, t_out = torch.tensor([s]), torch.tensor([[BOS_ID] + t]), torch.tensor(t + [EOS_ID])
-            logits = model.generator.logits(model(s_ids, t_in, padding_mask(s_ids, PAD_ID))[0]).float()
-            total += torch.nn.functional.cross_entropy(logits, t_out, reduction="sum").item()
-            tokens += len(t_out)
-    return total / tokens
-
-
-def digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_fine_tuning_the_imported_model_lowers_its_loss_and_leaves_it(marian, tmp_path: Path) -> None:
