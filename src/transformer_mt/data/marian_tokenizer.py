@@ -26,7 +26,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, MARIAN_VOCAB, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, MARIAN_VOCAB, PAD_ID, SPECIAL_IDS, UNK_ID, load_sentencepiece
 from transformer_mt.errors import UserError
 
 EOS_PIECE, UNK_PIECE, PAD_PIECE = "</s>", "<unk>", "<pad>"  # MarianTokenizer's special tokens
@@ -69,14 +69,7 @@ def marian_rows(vocab: dict[str, int]) -> list[int]:
 
 
 def _load_spm(path: Path) -> spm.SentencePieceProcessor:
-    if not path.is_file():
-        raise UserError(f"{path}: missing (an imported Marian vocabulary needs vocab.json, source.spm and target.spm)")
-    processor = spm.SentencePieceProcessor()
-    try:
-        processor.Load(str(path))
-    except (OSError, RuntimeError) as err:
-        raise UserError(f"{path}: not a sentencepiece model ({err})") from None
-    return processor
+    return load_sentencepiece(path, "an imported Marian vocabulary needs vocab.json, source.spm and target.spm")
 
 
 class MarianTokenizer:

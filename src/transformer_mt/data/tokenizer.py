@@ -26,6 +26,19 @@ MARIAN_VOCAB = "vocab.json"
 MARIAN_TOKENIZER_FILES = (MARIAN_VOCAB, "source.spm", "target.spm")
 
 
+def load_sentencepiece(path: Path, if_missing: str) -> spm.SentencePieceProcessor:
+    """A sentencepiece model from `path`; a missing or foreign file is one UserError line
+    (`if_missing` says what to do about a missing one)."""
+    if not path.is_file():
+        raise UserError(f"{path}: missing; {if_missing}")
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.Load(str(path))
+    except (OSError, RuntimeError) as err:
+        raise UserError(f"{path}: not a sentencepiece model ({err})") from None
+    return processor
+
+
 class Tokenizer:
     """Text <-> subword ids with a trained sentencepiece model."""
 
@@ -35,13 +48,7 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
         path = Path(path)
-        if not path.is_file():
-            raise UserError(f"{path}: missing; train a vocabulary with `transformer-mt vocab` or `train`")
-        processor = spm.SentencePieceProcessor()
-        try:
-            processor.Load(str(path))
-        except (OSError, RuntimeError) as err:
-            raise UserError(f"{path}: not a sentencepiece model ({err})") from None
+        processor = load_sentencepiece(path, "train a vocabulary with `transformer-mt vocab` or `train`")
         if processor.pad_id() != PAD_ID or processor.eos_id() != EOS_ID or processor.bos_id() != BOS_ID:
             raise UserError(f"{path}: special ids differ from pad 0, unk 1, bos 2, eos 3; "
                             "train the vocabulary with transformer-mt")
