@@ -249,8 +249,7 @@ class Translator:
     def _decode_batch(self, src: torch.Tensor, settings: DecodeConfig, nbest: int) -> list[list[tuple]]:
         """(ids without specials, normalised score, finished) of the n-best of each row of src (B, S)."""
         alpha = settings.length_penalty
-        limits = max_lengths((src != PAD_ID).sum(1), settings.max_len_a, settings.max_len_b)
-        limits = limits.clamp(max=self.max_source)
+        limits = self._output_limits((src != PAD_ID).sum(1), settings)
         if settings.beam == 1 and nbest == 1:
             tokens, scores = greedy_decode(self.model, src, limits, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
             tokens, scores = tokens[:, None], scores[:, None]
@@ -264,6 +263,11 @@ class Translator:
              for row, s in zip(rows.tolist(), row_scores.tolist())]
             for rows, row_scores in zip(tokens.cpu(), scores.float().cpu())
         ]
+
+    def _output_limits(self, src_lengths: torch.Tensor, settings: DecodeConfig) -> torch.Tensor:
+        """Most output subwords per source of `src_lengths` (eos included): a * length + b,
+        capped by the positional table."""
+        return max_lengths(src_lengths, settings.max_len_a, settings.max_len_b).clamp(max=self.max_source)
 
     def _hypothesis(self, ids: list[int], score: float, finished: bool) -> Hypothesis:
         return Hypothesis(self.tokenizer.decode([ids])[0], self.tokenizer.id_to_piece(ids), ids, score, finished)
@@ -280,8 +284,7 @@ class Translator:
         if not src_ids:
             raise UserError("the sentence to decode is empty")
         forced = [self._piece_id(piece) for piece in prefix or []]
-        limit = int(max_lengths(torch.tensor([len(src_ids) + 1]), settings.max_len_a, settings.max_len_b)
-                    .clamp(max=self.max_source))
+        limit = int(self._output_limits(torch.tensor([len(src_ids) + 1]), settings))
         src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
         with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
             return trace_beam_search(self.model, src, settings.beam, limit, BOS_ID, EOS_ID, PAD_ID,

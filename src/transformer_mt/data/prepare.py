@@ -30,14 +30,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
-import sentencepiece as spm
 from tqdm import tqdm
 
 from transformer_mt.data.sequences import Sequences
 from transformer_mt.data.corpus import Corpus, CorpusError, decode_line, iter_raw_pairs, no_pairs_left, open_lines
 from transformer_mt.data.corpus import read_parallel, warn_skipped
 from transformer_mt.data.dataset import CorpusPaths, PathPair
-from transformer_mt.data.tokenizer import MARIAN_VOCAB, Tokenizer, load_tokenizer, tokenizer_files
+from transformer_mt.data.tokenizer import MARIAN_VOCAB, load_tokenizer, tokenizer_files
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_write_text
 
@@ -104,9 +103,7 @@ def _tokenizer(model: str, digest: str) -> Any:
     """The tokenizer, loaded once per process (keyed by content, not name): a
     sentencepiece model, or an imported Marian vocab.json (source and target cut apart)."""
     if (model, digest) not in _TOKENIZERS:
-        is_marian = Path(model).name == MARIAN_VOCAB
-        _TOKENIZERS[(model, digest)] = (load_tokenizer(model) if is_marian
-                                        else Tokenizer(spm.SentencePieceProcessor(model_file=model)))
+        _TOKENIZERS[(model, digest)] = load_tokenizer(model)
     return _TOKENIZERS[(model, digest)]
 
 
