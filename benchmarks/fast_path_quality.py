@@ -48,30 +48,27 @@ OURS_DTYPES = {"ours-fp32": "float32", "ours-bf16": "bfloat16", "ours-int8": "in
 Translate = Callable[[list[str]], list[str]]
 
 
-def ours(run: str, dtype: str, beam: int, alpha: float) -> Translate:
-    translator = Translator.from_run(run, device="cpu", dtype=dtype, beam=beam, length_penalty=alpha)
-    return translator.translate
-
-
-def ct2(run: str, quantization: str, beam: int, alpha: float, threads: int, tmp: str) -> Translate:
+def ct2(run: str, quantization: str, reference: Translator, beam: int, alpha: float, threads: int,
+        tmp: str) -> Translate:
     """The run exported as `transformer-mt export ctranslate2` writes it, decoded with the
-    options `interop/ctranslate2.py` documents: our subwords in, our length limit (source
-    subwords + max_len_b, capped by the positional table), no minimum length."""
+    options `interop/ctranslate2.py` documents: the reference translator's subwords in,
+    its output length limit (the longest source's; CTranslate2 counts </s> apart), no minimum
+    length."""
     import ctranslate2
 
     from transformer_mt.interop.ctranslate2 import export_ctranslate2
 
     out = export_ctranslate2(run, Path(tmp) / quantization, quantization=quantization)
     engine = ctranslate2.Translator(str(out), device="cpu", intra_threads=threads, inter_threads=1)
-    reference = Translator.from_run(run, device="cpu")  # its tokenizer and length settings
-    tokenizer, settings, max_source = reference.tokenizer, reference.defaults, reference.max_source
+    tokenizer = reference.tokenizer
 
     def translate(lines: list[str]) -> list[str]:
-        ids = [seq[:max_source] for seq in tokenizer.encode(lines)]
-        limit = min(int(settings.max_len_a * (max(map(len, ids)) + 1) + settings.max_len_b), max_source)
+        ids = [seq[: reference.max_source] for seq in tokenizer.encode(lines)]
+        lengths = torch.tensor([len(seq) + 1 for seq in ids])  # + </s>
+        limit = int(reference._output_limits(lengths, reference.defaults).max())
         results = engine.translate_batch(
             [tokenizer.id_to_piece(seq) for seq in ids], beam_size=beam, length_penalty=alpha,
-            min_decoding_length=0, max_decoding_length=limit + 1, max_input_length=max_source + 1,
+            min_decoding_length=0, max_decoding_length=limit + 1, max_input_length=reference.max_source + 1,
             max_batch_size=64, batch_type="examples",
         )
         return tokenizer.decode([[tokenizer.piece_to_id(p) for p in r.hypotheses[0]] for r in results])
@@ -79,15 +76,21 @@ def ct2(run: str, quantization: str, beam: int, alpha: float, threads: int, tmp:
     return translate
 
 
-def build(system: str, args: argparse.Namespace, tmp: str) -> Translate | None:
+def build(system: str, args: argparse.Namespace, reference: Translator, tmp: str) -> Translate | None:
+    """`system`'s translate function; ours-fp32 is `reference`, whose tokenizer and length
+    limits the CTranslate2 systems use too."""
     if system in OURS_DTYPES:
-        return ours(args.run, OURS_DTYPES[system], args.beam, args.length_penalty)
+        if system == "ours-fp32":
+            return reference.translate
+        translator = Translator.from_run(args.run, device="cpu", dtype=OURS_DTYPES[system],
+                                         beam=args.beam, length_penalty=args.length_penalty)
+        return translator.translate
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
         print(f"{system}: skipped (pip install 'transformer-mt[interop]')", file=sys.stderr)
         return None
-    return ct2(args.run, system.split("-")[1], args.beam, args.length_penalty, args.threads, tmp)
+    return ct2(args.run, system.split("-")[1], reference, args.beam, args.length_penalty, args.threads, tmp)
 
 
 def print_table(rows: list[dict]) -> None:
@@ -117,9 +120,10 @@ def main() -> int:
     outputs: dict[str, list[str]] = {}
     rows: list[dict] = []
     reference_bleu = 0.0
+    reference = Translator.from_run(args.run, device="cpu", beam=args.beam, length_penalty=args.length_penalty)
     with tempfile.TemporaryDirectory() as tmp:
         for system in systems:
-            translate = build(system, args, tmp)
+            translate = build(system, args, reference, tmp)
             if translate is None:
                 continue
             start = time.perf_counter()
