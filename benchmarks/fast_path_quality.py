@@ -38,7 +38,7 @@ from typing import Callable
 import torch
 
 from transformer_mt.data.corpus import read_lines
-from transformer_mt.evaluation import score
+from transformer_mt.evaluation import Scores, score
 from transformer_mt.translator import Translator
 
 SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "ct2-float32", "ct2-int8")
@@ -63,7 +63,7 @@ def ct2(run: str, quantization: str, reference: Translator, beam: int, alpha: fl
     tokenizer = reference.tokenizer
 
     def translate(lines: list[str]) -> list[str]:
-        ids = [seq[: reference.max_source] for seq in tokenizer.encode(lines)]
+        ids = reference._encode(lines)  # checked and truncated as `translate` does
         lengths = torch.tensor([len(seq) + 1 for seq in ids])  # + </s>
         limit = int(reference._output_limits(lengths, reference.defaults).max())
         results = engine.translate_batch(
@@ -119,7 +119,7 @@ def main() -> int:
     systems = ["ours-fp32"] + [s for s in args.systems if s != "ours-fp32"]  # the reference first
     outputs: dict[str, list[str]] = {}
     rows: list[dict] = []
-    reference_bleu = 0.0
+    fp32: Scores | None = None
     reference = Translator.from_run(args.run, device="cpu", beam=args.beam, length_penalty=args.length_penalty)
     with tempfile.TemporaryDirectory() as tmp:
         for system in systems:
@@ -130,14 +130,14 @@ def main() -> int:
             outputs[system] = translate(sources)
             seconds = time.perf_counter() - start
             scores = score(outputs[system], references, tokenize=args.tokenize)
-            reference_bleu = reference_bleu or scores.bleu
+            fp32 = fp32 or scores  # ours-fp32 comes first
             same = sum(a == b for a, b in zip(outputs[system], outputs["ours-fp32"])) / len(sources)
             rows.append({"system": system, "bleu": round(scores.bleu, 2), "chrf": round(scores.chrf, 2),
-                         "delta_bleu": round(scores.bleu - reference_bleu, 2),
+                         "delta_bleu": round(scores.bleu - fp32.bleu, 2),
                          "same_as_fp32": round(same, 4), "seconds": round(seconds, 1)})
             print(f"  {system}: BLEU {scores.bleu:.2f} in {seconds:.0f} s", file=sys.stderr)
     print(f"{len(sources)} sentences, beam {args.beam}, length penalty {args.length_penalty}, "
-          f"{args.threads} threads; {score(outputs['ours-fp32'], references, tokenize=args.tokenize).bleu_signature}")
+          f"{args.threads} threads; {fp32.bleu_signature if fp32 else ''}")
     print_table(rows)
     if args.json:
         print(json.dumps({"rows": rows, "beam": args.beam, "length_penalty": args.length_penalty,
