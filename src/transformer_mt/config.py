@@ -25,6 +25,7 @@ CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs
 PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
+SCHEDULES = ("paper", "constant")  # learning-rate schedules: training/schedule.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
 log = logging.getLogger("transformer_mt")
@@ -63,6 +64,9 @@ def parse_yaml(text: str, name: str) -> Any:
         raise ConfigError(f"{name}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
+NOT_A_SHAPE = {"shape": False}  # field metadata: a model setting that the weights' shapes do not depend on
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes of the Transformer (paper Table 3 names)."""
@@ -71,7 +75,7 @@ class ModelConfig:
     d_model: int = 512
     d_ff: int = 2048
     n_heads: int = 8
-    dropout: float = 0.1
+    dropout: float = field(default=0.1, metadata=NOT_A_SHAPE)
     norm_first: bool = True
     tie_embeddings: bool = True
     share_vocab: bool = True
@@ -98,6 +102,12 @@ class ModelConfig:
         _require(self.activation in ACTIVATIONS, "model.activation", f"must be one of {', '.join(ACTIVATIONS)}")
         _require(self.positional_layout in POSITIONAL_LAYOUTS, "model.positional_layout",
                  f"must be one of {', '.join(POSITIONAL_LAYOUTS)}")
+
+    @classmethod
+    def shape_keys(cls) -> tuple[str, ...]:
+        """The settings that must match to load another model's weights: every field but
+        those marked NOT_A_SHAPE (dropout)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("shape", True))
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,9 @@ class TrainConfig:
     """The paper's training recipe (section 5) plus the knobs a small machine needs."""
 
     seed: int = 1
+    schedule: str = "paper"
     lr_scale: float = 1.0
+    lr: float = 1e-3
     warmup_steps: int = 4000
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
@@ -151,11 +163,15 @@ class TrainConfig:
     patience: int = 0
     early_stop_metric: str = "bleu"
     keep_last: int = 5
+    average_last: int = 0
+    average_every: int = 0
     init_from: str = ""
     init_checkpoint: str = "best"
 
     def validate(self) -> None:
+        _require(self.schedule in SCHEDULES, "train.schedule", f"must be one of {', '.join(SCHEDULES)}")
         _require(self.lr_scale > 0, "train.lr_scale", "must be positive")
+        _require(self.lr > 0, "train.lr", "must be positive")
         _require(self.init_checkpoint in CHECKPOINT_CHOICES, "train.init_checkpoint",
                  f"must be one of {', '.join(CHECKPOINT_CHOICES)}")
         _require(self.warmup_steps >= 1, "train.warmup_steps", "must be at least 1")
@@ -173,6 +189,8 @@ class TrainConfig:
         _require(self.early_stop_metric in ("bleu", "chrf", "loss"), "train.early_stop_metric",
                  "must be 'bleu', 'chrf' or 'loss'")
         _require(self.keep_last >= 1, "train.keep_last", "must be at least 1")
+        _require(self.average_last >= 0, "train.average_last", "must be >= 0 (0 = no averaging)")
+        _require(self.average_every >= 0, "train.average_every", "must be >= 0 (0 = every train.valid_every steps)")
 
 
 @dataclass(frozen=True)

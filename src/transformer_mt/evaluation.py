@@ -1,11 +1,10 @@
-"""Scores: sacreBLEU BLEU and chrF with their signatures, exact match, perplexity.
+"""Scores: sacreBLEU BLEU and chrF with their signatures, exact match.
 
 All scoring goes through here so that training validation, `evaluate` and the
 benchmarks compute BLEU the same way."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -50,7 +49,3 @@ def score(
         bleu_lc_tok=lc,
     )
 
-
-def perplexity(loss_per_token: float) -> float:
-    """exp of the mean cross entropy per target token (in nats), capped to stay finite."""
-    return math.exp(min(loss_per_token, 100.0))

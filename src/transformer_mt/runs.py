@@ -5,8 +5,9 @@ design.md). Training writes a run, translation, the server and the plots read it
     runs/NAME/tokenizer.model        sentencepiece model (+ .vocab); an imported Marian run has
                                      vocab.json, source.spm and target.spm instead
     runs/NAME/checkpoints/step_N.pt  full training state
+    runs/NAME/snapshots/step_N.safetensors  model-only weights kept for averaging (train.average_last)
     runs/NAME/best.safetensors       weights of the best validation checkpoint
-    runs/NAME/average.safetensors    `transformer-mt average` output
+    runs/NAME/average.safetensors    the average of the last snapshots (or checkpoints)
     runs/NAME/metrics.jsonl          one JSON object per log / validation event
     runs/NAME/tensorboard/           event files
     runs/NAME/data/                  the corpus of a built-in task (numbers, copy)
@@ -38,6 +39,7 @@ from transformer_mt.model.transformer import EncoderDecoder, build_model
 log = logging.getLogger("transformer_mt")
 
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+SNAPSHOT_FILE = re.compile(r"^step_(\d+)\.safetensors$")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "snapshots"
 
     @property
     def best(self) -> Path:
@@ -153,13 +159,22 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
                         f"{str(err).splitlines()[0] if str(err) else 'truncated'})") from None
 
 
-def list_checkpoints(directory: str | Path) -> list[Path]:
-    """checkpoints/step_N.pt files, oldest step first."""
+def _step_files(directory: str | Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
+    """(step, path) of the files of `directory` named by `pattern`, oldest step first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_FILE.match(p.name))]
-    return [p for _, p in sorted(found)]
+    return sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := pattern.match(p.name)))
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    """checkpoints/step_N.pt files, oldest step first."""
+    return [p for _, p in _step_files(directory, STEP_FILE)]
+
+
+def list_snapshots(directory: str | Path) -> list[Path]:
+    """snapshots/step_N.safetensors files, oldest step first."""
+    return [p for _, p in _step_files(directory, SNAPSHOT_FILE)]
 
 
 def latest_checkpoint(directory: str | Path) -> tuple[Path, dict[str, Any]] | None:
@@ -187,6 +202,23 @@ def load_model_state(model: torch.nn.Module, state: dict[str, torch.Tensor], pat
     except (RuntimeError, KeyError) as err:
         raise UserError(f"{path}: does not match the model in {config} ({_first_line(err)}); "
                         "restore the config.yaml the run was trained with, or start a new run") from None
+
+
+def save_snapshot(model: torch.nn.Module, directory: Path, step: int, keep_last: int) -> Path:
+    """The model's weights as snapshots/step_N.safetensors; only the newest `keep_last` stay."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"step_{step}.safetensors"
+    save_weights(model, path)
+    for old in list_snapshots(directory)[:-keep_last]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def drop_snapshots_after(directory: Path, step: int) -> None:
+    """Delete the snapshots of steps after `step` (written by a run that then crashed)."""
+    for later, path in _step_files(directory, SNAPSHOT_FILE):
+        if later > step:
+            path.unlink(missing_ok=True)
 
 
 # ---- weights ----------------------------------------------------------------------------
@@ -258,16 +290,30 @@ def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torc
     return averaged
 
 
+def model_state_of(path: Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model weights in `path`: a step checkpoint (.pt) or a weights file
+    (.safetensors, loaded through `model`, whose tied weights it stores once)."""
+    if path.suffix == ".safetensors":
+        load_weights(model, path)
+        return {key: tensor.detach().clone() for key, tensor in model.state_dict().items()}
+    return load_checkpoint(path)["model"]
+
+
+def average_weight_files(model: torch.nn.Module, paths: list[Path], out: Path, config: Path) -> None:
+    """Average the weights in `paths` (see `model_state_of`) into `model` and save them as `out`."""
+    states = [model_state_of(path, model) for path in paths]
+    load_model_state(model, average_state_dicts(states), paths[-1], config)
+    save_weights(model, out)
+
+
 def average_checkpoints(run: RunDir, last: int) -> list[Path]:
-    """Average the model weights of the run's last `last` checkpoints into
-    average.safetensors; returns the checkpoints used."""
-    found = list_checkpoints(run.checkpoints)[-last:]
+    """Average the model weights of the run's last `last` snapshots (kept when trained
+    with train.average_last), or else of its last `last` step checkpoints, into
+    average.safetensors; returns the files used."""
+    found = list_snapshots(run.snapshots)[-last:] or list_checkpoints(run.checkpoints)[-last:]
     if not found:
         raise UserError(f"{run.checkpoints}: no step_N.pt checkpoints to average")
-    model = build_model(run.read_config().model)
-    states = [load_checkpoint(path)["model"] for path in found]
-    load_model_state(model, average_state_dicts(states), found[-1], run.config)
-    save_weights(model, run.average)
+    average_weight_files(build_model(run.read_config().model), found, run.average, run.config)
     return found
 
 

@@ -23,14 +23,14 @@ start_training = Trainer.train
 
 
 def record_then_train(self: Trainer):
-    mapped = {"src": str(self.data.train_src.ids.filename), "tgt": str(self.data.train_tgt.ids.filename),
+    mapped = {"src": str(self.task.data.train_src.ids.filename), "tgt": str(self.task.data.train_tgt.ids.filename),
               "maps": [line.split()[-1] for line in open("/proc/self/maps") if ".ids" in line]}
     with open(os.path.join(out, f"rank{self.rank}_data.json"), "w", encoding="utf-8") as handle:
         json.dump(mapped, handle)
     if self.rank == 0:
         torch.save(self.model.state_dict(), os.path.join(out, "initial.pt"))
         with open(os.path.join(out, "train_data.json"), "w", encoding="utf-8") as handle:
-            json.dump({"src": self.data.train_src.tolist(), "tgt": self.data.train_tgt.tolist()}, handle)
+            json.dump({"src": self.task.data.train_src.tolist(), "tgt": self.task.data.train_tgt.tolist()}, handle)
     return start_training(self)
 
 

@@ -156,7 +156,7 @@ def test_validation_lines_longer_than_the_model_takes_are_truncated(tmp_path: Pa
                          "train__valid_every": 3})
     with caplog.at_level("WARNING", logger="transformer_mt"):
         trainer = fit(cfg, tmp_path / "run", progress=False)
-    assert trainer.state.history and "valid_loss" in trainer.state.history[-1]
+    assert trainer.last_validation and "valid_loss" in trainer.last_validation
     assert "valid.src: 1 line(s) longer than 31 subwords" in caplog.text
 
 

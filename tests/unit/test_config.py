@@ -123,3 +123,23 @@ def test_task_names_are_the_built_in_tasks() -> None:
 def test_config_imports_nothing_of_the_package() -> None:
     source = (Path(__file__).resolve().parents[2] / "src" / "transformer_mt" / "config.py").read_text()
     assert "from transformer_mt" not in source and "import transformer_mt" not in source
+
+
+@pytest.mark.parametrize("override,message", [
+    ("train.schedule=cosine", "train.schedule: must be one of paper, constant"),
+    ("train.lr=0", "train.lr: must be positive"),
+    ("train.average_last=-1", "train.average_last: must be >= 0"),
+    ("train.average_every=-2", "train.average_every: must be >= 0"),
+])
+def test_schedule_and_averaging_keys_are_checked(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config("tiny", [f"--{override}"])
+
+
+def test_shape_keys_are_the_model_fields_but_dropout() -> None:
+    from transformer_mt.config import ModelConfig
+
+    keys = ModelConfig.shape_keys()
+    assert "dropout" not in keys
+    assert {"n_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
+            "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout"} == set(keys)

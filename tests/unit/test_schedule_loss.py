@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from transformer_mt.config import TrainConfig
 from transformer_mt.training.loss import LabelSmoothingLoss, SmoothedCrossEntropy, smoothed_distribution
-from transformer_mt.training.schedule import make_optimizer, make_scheduler, rate
+from transformer_mt.training.schedule import ConstantSchedule, Progress, make_optimizer, make_schedule, rate, set_lr
 
 
 def paper_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -36,9 +36,9 @@ def test_rate_of_the_base_model_by_hand() -> None:
     assert rate(100000, 512, 4000) == pytest.approx(1.3975e-4, rel=1e-4)  # 1 / sqrt(512e5), the last step
 
 
-def test_scheduler_drives_adam_with_the_paper_settings() -> None:
+def test_schedule_drives_adam_with_the_paper_settings() -> None:
     """The i-th optimizer step (the paper's step i, counted from 1) runs with the paper's
-    rate(i): read from param_groups and measured from the parameter's move. With a
+    rate(i), set as the trainer sets it: read from param_groups and measured from the parameter's move. With a
     constant gradient Adam's bias-corrected moments are exactly g and g^2, so each step
     moves the parameter by lr * g / (|g| + eps) = lr (to 1e-9 relative)."""
     cfg = TrainConfig(warmup_steps=10, lr_scale=0.5)
@@ -47,17 +47,34 @@ def test_scheduler_drives_adam_with_the_paper_settings() -> None:
     optimizer = make_optimizer([param], cfg)
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
     assert optimizer.defaults["weight_decay"] == 0 and not optimizer.defaults["amsgrad"]
-    scheduler = make_scheduler(optimizer, d, cfg)
+    schedule = make_schedule(cfg, d)
     for step in range(1, 31):
         expected = paper_rate(step, d, 10, 0.5)
+        set_lr(optimizer, schedule.lr_at(Progress(step, seconds=1e6)))  # the paper's schedule counts steps only
         assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12), step
         before = param.item()
         param.grad = torch.ones(1, dtype=torch.float64)
         optimizer.step()
-        scheduler.step()
         assert before - param.item() == pytest.approx(expected, rel=1e-6), step
     # the peak: step 10 = warmup, 0.5 / sqrt(64 * 10)
     assert paper_rate(10, d, 10, 0.5) == pytest.approx(0.5 / math.sqrt(640))
+
+
+def test_the_constant_schedule_is_plain_adam() -> None:
+    """train.schedule: constant gives train.lr at every step, whatever the step or time."""
+    cfg = TrainConfig(schedule="constant", lr=1e-3, adam_betas=(0.9, 0.999), adam_eps=1e-8)
+    schedule = make_schedule(cfg, 512)
+    assert schedule == ConstantSchedule(1e-3)
+    assert {schedule.lr_at(Progress(step, seconds)) for step, seconds in [(1, 0.0), (7, 3.5), (10**6, 1e5)]} == {1e-3}
+    param = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    optimizer = make_optimizer([param], cfg)
+    assert optimizer.defaults["betas"] == (0.9, 0.999) and optimizer.defaults["eps"] == 1e-8
+    for _ in range(3):
+        set_lr(optimizer, schedule.lr_at(Progress(1)))
+        before = param.item()
+        param.grad = torch.full((1,), 4.0, dtype=torch.float64)
+        optimizer.step()
+        assert before - param.item() == pytest.approx(1e-3, rel=1e-6)  # Adam moves by lr for a constant gradient
 
 
 def test_smoothed_distribution_puts_one_minus_epsilon_on_target() -> None:

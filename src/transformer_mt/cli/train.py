@@ -57,9 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     vocab.set_defaults(func=run_vocab, overrides=[])
 
     average = subparsers.add_parser(
-        "average", help="average the last N checkpoints of a run into average.safetensors",
-        description="Average the weights of the last N step checkpoints (the paper averaged the "
-                    "last 5); translate/evaluate then use them with --checkpoint average.",
+        "average", help="average the last N snapshots (or checkpoints) of a run into average.safetensors",
+        description="Average the weights of the last N snapshots that training kept (train.average_last), "
+                    "or else of the last N step checkpoints (the paper averaged the last 5 for base, 20 for "
+                    "big); translate/evaluate then use them with --checkpoint average.",
     )
     average.add_argument("run", help="run directory")
     average.add_argument("--last", type=positive_int, default=5, help="how many checkpoints (default 5)")

@@ -13,16 +13,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from transformer_mt.config import Config, ConfigError, replace
+from torch import nn
+
+from transformer_mt.config import Config, ConfigError, ModelConfig, replace
 from transformer_mt.data.dataset import corpus_paths, load_or_train_tokenizer
-from transformer_mt.data.prepare import Limits, PreparedData, prepare_corpus, require_prepared
+from transformer_mt.data.prepare import PreparedData
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_path
-from transformer_mt.model.transformer import EncoderDecoder, build_model
-from transformer_mt.runs import RunDir, list_checkpoints, load_run_weights
+from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
+from transformer_mt.training.hooks import Averaging, Hook
 from transformer_mt.training.trainer import Trainer, seed_everything
+from transformer_mt.training.translation import TranslationTask
 
 log = logging.getLogger("transformer_mt")
 
@@ -70,56 +72,27 @@ def train_vocabulary(cfg: Config, run: RunDir) -> Tokenizer:
         return load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer, cfg.train.seed)
 
 
-def prepare(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = False) -> tuple[
-        Config, Tokenizer, PreparedData]:
-    """Corpus, tokenizer and prepared (encoded, memory-mapped) data. Rank 0 creates the
-    files, the other ranks wait and map the same ones. config.yaml is written last, once
-    everything before it succeeded."""
-    limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1)
-    if ctx.is_main:
-        run.root.mkdir(parents=True, exist_ok=True)
-        paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-        if cfg.train.init_from and not run.tokenizer_file.is_file():
-            copy_tokenizer(RunDir(Path(cfg.train.init_from)).require(), run)
-        tokenizer = load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer_file, cfg.train.seed)
-        data = prepare_corpus(paths, run.tokenizer_file, len(tokenizer), run.prepared, limits,
-                              may_rebuild=not list_checkpoints(run.checkpoints), progress=progress)
-    barrier(ctx)
-    if not ctx.is_main:
-        paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-        tokenizer = run.read_tokenizer()
-        data = require_prepared(paths, run.tokenizer_file, run.prepared, limits)
-    vocab = len(tokenizer)
-    cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab))
-    if ctx.is_main and not run.config.is_file():
-        run.write_config(cfg)
-    return cfg, tokenizer, data
+def make_task(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = False) -> TranslationTask:
+    """The task `cfg` trains, its data prepared (translation is the one task so far)."""
+    return TranslationTask.prepare(cfg, run, ctx, progress)
 
 
-SHAPE_KEYS = ("n_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings",
-              "share_vocab", "src_vocab_size", "tgt_vocab_size", "activation",
-              "positional_layout")  # what must match to load another run's weights
+def make_hooks(cfg: Config, run: RunDir) -> list[Hook]:
+    """The hooks `cfg` asks for: weight averaging when train.average_last > 0."""
+    t = cfg.train
+    if t.average_last == 0:
+        return []
+    return [Averaging(run, t.average_last, t.average_every or t.valid_every)]
 
 
-def copy_tokenizer(source: RunDir, run: RunDir) -> None:
-    """A fine-tuned run keeps the vocabulary of the run it starts from (its embeddings
-    are rows of that vocabulary): tokenizer.model (+ .vocab), or an imported run's
-    vocab.json, source.spm and target.spm, copied atomically (vocab.json, which names
-    the vocabulary, last)."""
-    for name in reversed(source.tokenizer_files()):
-        with atomic_path(run.root / name.name) as tmp:
-            shutil.copyfile(name, tmp)
-    log.info("vocabulary copied from %s (data.vocab_* settings are not used)", source.root)
-
-
-def initialize_from(model: EncoderDecoder, cfg: Config) -> None:
+def initialize_from(model: nn.Module, cfg: Config) -> None:
     """Load the weights of the run train.init_from into `model` (fine-tuning starts
     there; its own optimizer, schedule and data). The model section must describe the
     same shapes: one line lists every difference."""
     source = RunDir(Path(cfg.train.init_from)).require()
     theirs = source.read_config().model
     differ = [f"model.{key} is {getattr(cfg.model, key)} here but {getattr(theirs, key)} in {source.config}"
-              for key in SHAPE_KEYS if getattr(cfg.model, key) != getattr(theirs, key)]
+              for key in ModelConfig.shape_keys() if getattr(cfg.model, key) != getattr(theirs, key)]
     if differ:
         raise UserError(f"train.init_from={cfg.train.init_from}: the weights do not fit this model ("
                         + "; ".join(differ) + "); copy its model section")
@@ -134,7 +107,7 @@ def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) 
     run = RunDir(Path(run_dir))
     cfg = resolve_run_config(cfg, run)
     with removed_on_failure(run, active=not run.config.is_file()):
-        return prepare(cfg, run, DistributedContext(), progress)[2]
+        return make_task(cfg, run, DistributedContext(), progress).data
 
 
 def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:
@@ -146,17 +119,17 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
     ctx, device = setup_distributed(cfg.train.device)
     try:
         with removed_on_failure(run, active=new_run and ctx.is_main):
-            cfg, tokenizer, data = prepare(cfg, run, ctx, progress)
+            task = make_task(cfg, run, ctx, progress)
+            cfg = task.cfg
             seed_everything(cfg.train.seed)
-            model = build_model(cfg.model)
+            model = task.build_model()
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
-            trainer = Trainer(cfg, run, model, tokenizer, data, device, ctx.rank, ctx.world_size, progress)
+            trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress,
+                              hooks=make_hooks(cfg, run))
         if ctx.is_main:
             t = cfg.train
-            log.info("training on %d pairs (%d filtered), %d steps per epoch, %.1f%% padding, %s on %s",
-                     len(data.train_src), data.filtered, len(trainer.batches) // t.accumulate,
-                     100 * trainer.batches.padding_fraction(), trainer.precision, device)
+            log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)
             log.info("a step takes %d batch(es) of <= %d tokens: %d process(es) x train.accumulate %d "
                      "(to keep the tokens per step when the process count changes, scale accumulate inversely)",
                      ctx.world_size * t.accumulate, cfg.data.max_tokens, ctx.world_size, t.accumulate)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+
+def perplexity(loss_per_token: float) -> float:
+    """exp of the mean cross entropy per target token (in nats), capped to stay finite."""
+    return math.exp(min(loss_per_token, 100.0))
 
 
 def torch_smoothing(epsilon: float, vocab_size: int) -> float:

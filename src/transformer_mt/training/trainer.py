@@ -1,6 +1,7 @@
-"""The training loop (paper section 5): batches of ~N tokens, Adam with warmup and
-inverse-square-root decay, label smoothing, gradient accumulation, bf16 autocast,
-validation with BLEU, early stopping and checkpoints that resume exactly."""
+"""The training loop (paper section 5), one for every task (training/task.py): batches of
+~N tokens, Adam with an explicit learning-rate schedule, gradient accumulation, bf16
+autocast, validation at intervals, early stopping on the task's selection metric,
+checkpoints that resume exactly, in one process or many (DDP)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -18,21 +20,16 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer_mt.config import Config
-from transformer_mt.data.batching import Batch, BatchStream
-from transformer_mt.data.prepare import PreparedData
-from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
 from transformer_mt.device import autocast, resolve_precision
 from transformer_mt.errors import TrainingDiverged
-from transformer_mt.evaluation import perplexity, score
-from transformer_mt.model.masks import padding_mask
-from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.runs import (
     RunDir, drop_metrics_after, latest_checkpoint, load_model_state, prune_checkpoints, save_checkpoint, save_weights,
 )
-from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.distributed import all_reduce_sum, broadcast_object, gather_objects, rank_seed
-from transformer_mt.training.schedule import make_optimizer, make_scheduler
-from transformer_mt.translator import Translator
+from transformer_mt.training.hooks import Hook
+from transformer_mt.training.loss import perplexity
+from transformer_mt.training.schedule import Progress, make_optimizer, make_schedule, set_lr
+from transformer_mt.training.task import Task
 
 log = logging.getLogger("transformer_mt")
 
@@ -43,9 +40,19 @@ class TrainState:
 
     step: int = 0
     train_seconds: float = 0.0
-    best: float | None = None
+    best: float | None = None  # the best value of the selection metric so far
+    best_metric: str = ""  # which metric `best` is
     bad_validations: int = 0
-    history: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any], metric: str) -> "TrainState":
+        """The state a checkpoint holds. Checkpoints written before the task seam kept a
+        `history` (metrics.jsonl has it) and, for the loss, minus the loss as `best`."""
+        state = cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
+        if not state.best_metric and metric == "valid_loss" and state.best is not None:
+            state.best = -state.best
+        state.best_metric = metric
+        return state
 
 
 def rng_state() -> dict:
@@ -80,15 +87,6 @@ def _as_python_state(state) -> tuple:
     return version, tuple(internal), gauss
 
 
-def token_logits(model: EncoderDecoder, forward: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher forcing: the logits (N, V) and reference ids (N,) of the batch's N real
-    target tokens. `forward` is the model or its DDP wrapper. Padding positions never reach
-    the generator, whose V-wide projection is the largest matrix product of a small model."""
-    states = forward(batch.src, batch.tgt_in, padding_mask(batch.src, PAD_ID))  # (B, T, d_model)
-    real = batch.tgt_out != PAD_ID
-    return model.generator.logits(states[real]), batch.tgt_out[real]
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -96,44 +94,46 @@ def seed_everything(seed: int) -> None:
 
 
 class Trainer:
-    """Trains an EncoderDecoder on encoded data and writes a run directory.
+    """Trains a task's model and writes a run directory (see training/task.py for what a
+    task provides; the loop knows nothing of translation).
 
     Under DDP (N processes) every optimizer step is the one a single process with
     `accumulate: N * k` would take on the same batches: the loss is divided by the
-    step's real target tokens summed over all ranks. Each rank draws its own dropout
+    step's target tokens summed over all ranks. Each rank draws its own dropout
     (seeded by `rank_seed`) and its random states are saved as its own. Stop decisions
     (time cap, non-finite loss) are agreed by all ranks, so none waits alone in an
     all-reduce. Only rank 0 writes files and validates; it hands its result to the other
-    ranks, so all reach the same early-stopping decisions."""
+    ranks, so all reach the same early-stopping decisions. `hooks` are told of each
+    step, each validation point and the end (training/hooks.py)."""
 
     def __init__(
         self,
         cfg: Config,
         run: RunDir,
-        model: EncoderDecoder,
-        tokenizer: Tokenizer,
-        data: PreparedData,
+        task: Task,
+        model: nn.Module,
         device: torch.device,
         rank: int = 0,
         world_size: int = 1,
         progress: bool = True,
+        hooks: Iterable[Hook] = (),
     ) -> None:
-        self.cfg, self.run, self.tokenizer, self.data = cfg, run, tokenizer, data
+        self.cfg, self.run, self.task = cfg, run, task
         self.device, self.rank, self.world_size = device, rank, world_size
         self.model = model.to(device)
         self.precision = resolve_precision(cfg.train.precision, device)
-        self.wrapped: nn.Module = self.model
+        self.wrapped: nn.Module = task.loss_view(self.model)  # forward(batch) -> (logits, targets)
         if world_size > 1:
             self.wrapped = nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None
+                self.wrapped, device_ids=[device.index] if device.type == "cuda" else None
             )
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
-        self.scheduler = make_scheduler(self.optimizer, cfg.model.d_model, cfg.train)
-        self.criterion = LabelSmoothingLoss(len(tokenizer), PAD_ID, cfg.train.label_smoothing,
-                                            never=self.model.generator.never_emitted())
-        self.batches = BatchStream(data.train_src, data.train_tgt, cfg.data.max_tokens,
-                                   cfg.train.seed, rank, world_size, cfg.train.accumulate)
-        self.state = TrainState()
+        self.schedule = make_schedule(cfg.train, cfg.model.d_model)
+        self.criterion = task.criterion(self.model)
+        self.batches = task.train_batches(cfg.train.seed, rank, world_size, cfg.train.accumulate)
+        self.hooks = list(hooks)
+        self.state = TrainState(best_metric=task.selection.metric)
+        self.last_validation: dict[str, Any] = {}
         self.time_up = False
         if rank > 0:  # after the model is built: every rank starts from the same weights
             seed_everything(rank_seed(cfg.train.seed, rank))
@@ -145,10 +145,10 @@ class Trainer:
         return autocast(self.device, self.precision)
 
     def train_step(self) -> dict[str, float]:
-        """Forward/backward `accumulate` batches, then one Adam step. The loss is summed
-        over tokens and divided by the real target tokens of the whole step (all
-        accumulated batches of all ranks), so the update equals one big batch's.
-        DDP averages the ranks' gradients, hence the factor world_size."""
+        """Forward/backward `accumulate` batches, then one Adam step at the schedule's
+        rate. The loss is summed over tokens and divided by the target tokens of the
+        whole step (all accumulated batches of all ranks), so the update equals one big
+        batch's. DDP averages the ranks' gradients, hence the factor world_size."""
         self.wrapped.train()
         batches = [next(self.batches).to(self.device) for _ in range(self.cfg.train.accumulate)]
         local_tokens = sum(b.n_tokens for b in batches)
@@ -160,16 +160,16 @@ class Trainer:
             sync = nullcontext() if last or self.world_size == 1 else self.wrapped.no_sync()
             with sync:
                 with self.autocast():
-                    logits, target = token_logits(self.model, self.wrapped, batch)
+                    logits, target = self.wrapped(batch)
                 loss = self.criterion(logits, target) * scale
                 loss.backward()
             total += loss.item() / self.world_size
         grad_norm = 0.0
         if self.cfg.train.clip_norm > 0:
             grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm))
-        lr = self.scheduler.get_last_lr()[0]
+        lr = self.schedule.lr_at(Progress(self.state.step + 1, self.state.train_seconds))
+        set_lr(self.optimizer, lr)
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": total, "lr": lr, "tokens": n_tokens, "grad_norm": grad_norm}
 
@@ -180,43 +180,36 @@ class Trainer:
         return total, late > 0
 
     # ---- validation ---------------------------------------------------------------
-    @torch.no_grad()
-    def validation_loss(self) -> float:
-        """Mean unsmoothed cross entropy per target token (nats) on the validation set."""
-        self.model.eval()
-        total, tokens = 0.0, 0
-        valid = BatchStream(self.data.valid_src, self.data.valid_tgt, self.cfg.data.max_tokens, 0)
-        for _ in range(len(valid)):
-            batch = next(valid).to(self.device)
-            with self.autocast():
-                logits, target = token_logits(self.model, self.model, batch)
-            total += nn.functional.cross_entropy(logits.float(), target, reduction="sum").item()
-            tokens += batch.n_tokens
-        return total / max(tokens, 1)
-
-    def validate(self) -> dict[str, float]:
-        """Validation loss (teacher forcing, in the training precision) and BLEU/chrF of
-        the decoded validation set: decoded by the same Translator call, with the same
-        settings (decode.*, decode.precision included), as `evaluate` decodes it."""
-        if self.data.valid is None:
-            return {}
-        loss = self.validation_loss()
-        hypotheses = Translator(self.model, self.tokenizer, self.cfg.decode, self.device).translate(self.data.valid.src)
-        scores = score(hypotheses, self.data.valid.tgt)
-        self.model.train()
-        return {"valid_loss": loss, "valid_ppl": perplexity(loss), "bleu": scores.bleu,
-                "chrf": scores.chrf, "exact_match": scores.exact_match,
-                "precision": resolve_precision(self.cfg.decode.precision, self.device)}
-
-    def _improved(self, result: dict[str, float]) -> bool:
-        metric = self.cfg.train.early_stop_metric
-        value = result["valid_loss"] if metric == "loss" else result[metric]
-        value = -value if metric == "loss" else value
-        if self.state.best is None or value > self.state.best:
+    def _improved(self, result: dict[str, Any]) -> bool:
+        """Whether the task's selection metric beat the best so far (and count the
+        validations without improvement, for early stopping)."""
+        selection = self.task.selection
+        value = result[selection.metric]
+        if selection.better(value, self.state.best):
             self.state.best, self.state.bad_validations = value, 0
             return True
         self.state.bad_validations += 1
         return False
+
+    def _validation_point(self) -> None:
+        """Validate (on rank 0 only: the others get its result, so every rank takes the
+        same early-stopping decision), keep the best weights, checkpoint. A task without
+        validation data has nothing to select on: best.safetensors is then the newest
+        weights."""
+        result = self.task.validate(self.model, self.device, self.precision) if self.rank == 0 else None
+        result = broadcast_object(result, self.world_size)
+        if result:
+            improved = self._improved(result)
+            event = {"event": "valid", "step": self.state.step, **result, "best": improved}
+            self.last_validation = event
+            self.log(event)
+            if improved and self.rank == 0:
+                save_weights(self.model, self.run.best)
+        elif self.rank == 0:
+            save_weights(self.model, self.run.best)
+        self.save()
+        for hook in self.hooks:
+            hook.at_validation(self, result)
 
     # ---- files (rank 0 only) ------------------------------------------------------
     def log(self, event: dict) -> None:
@@ -239,7 +232,6 @@ class Trainer:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "batches": self.batches.state_dict(),
             "rng": rng_states,  # one per rank, in rank order
             "trainer": self.state.__dict__,
@@ -274,12 +266,13 @@ class Trainer:
         path, state = found
         load_model_state(self.model, state["model"], path, self.run.config)
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.batches.load_state_dict(state["batches"])
-        self.state = TrainState(**state["trainer"])
+        self.state = TrainState.from_checkpoint(state["trainer"], self.task.selection.metric)
         self._restore_rng(state["rng"], path)
         if self.rank == 0:
             drop_metrics_after(self.run.metrics, self.state.step)
+        for hook in self.hooks:
+            hook.on_resume(self)
         return True
 
     def _restore_rng(self, saved: list[dict] | dict, path) -> None:
@@ -302,21 +295,6 @@ class Trainer:
             or self.time_up
             or (t.patience > 0 and self.state.bad_validations >= t.patience)
         )
-
-    def _end_of_interval(self) -> None:
-        """Validate (on rank 0 only: the others get its result, so every rank takes the
-        same early-stopping decision), keep the best weights, checkpoint."""
-        result = broadcast_object(self.validate() if self.rank == 0 else None, self.world_size)
-        if result:
-            improved = self._improved(result)
-            event = {"event": "valid", "step": self.state.step, **result, "best": improved}
-            self.state.history.append(event)
-            self.log(event)
-            if improved and self.rank == 0:
-                save_weights(self.model, self.run.best)
-        elif self.rank == 0:
-            save_weights(self.model, self.run.best)
-        self.save()
 
     def train(self) -> TrainState:
         """Train until max_steps, max_seconds or early stopping; return the final state."""
@@ -344,13 +322,17 @@ class Trainer:
                           "ppl": perplexity(stats["loss"]), "lr": stats["lr"], "tokens_per_s": tok_s,
                           "train_seconds": self.state.train_seconds})
                 window_tokens, window_start = 0, time.perf_counter()
+            for hook in self.hooks:
+                hook.after_step(self)
             if self.state.step % t.valid_every == 0:
-                self._end_of_interval()
+                self._validation_point()
                 last_interval = self.state.step
                 window_start = time.perf_counter()
         if self.state.step != last_interval:
             self.check_finite(stats["loss"])
-            self._end_of_interval()
+            self._validation_point()
+        for hook in self.hooks:
+            hook.at_end(self)
         bar.close()
         if self._writer is not None:
             self._writer.close()

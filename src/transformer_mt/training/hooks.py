@@ -1,0 +1,72 @@
+"""Hooks: what happens beside the training loop at fixed points of it, without the loop
+knowing what. The Trainer calls every hook after each optimizer step, at each validation
+point (after the checkpoint is written), at the end of training, and after a resume.
+
+`Averaging` is the paper's checkpoint averaging (section 6.1: "averaging the last 5
+checkpoints, which were written at 10-minute intervals"), done as training goes: it keeps
+model-only snapshots (weights, no optimizer state) every `every` steps, the last `last` of
+them, and at the end averages them into average.safetensors. The `average` command
+averages the same files after the fact (runs.average_checkpoints)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import TYPE_CHECKING, Any
+
+from transformer_mt.runs import RunDir, average_weight_files, drop_snapshots_after, list_snapshots, save_snapshot
+
+if TYPE_CHECKING:
+    from transformer_mt.training.trainer import Trainer
+
+log = logging.getLogger("transformer_mt")
+
+
+class Hook:
+    """Does nothing at every point; a hook overrides the points it needs."""
+
+    def after_step(self, trainer: "Trainer") -> None:
+        pass
+
+    def at_validation(self, trainer: "Trainer", result: dict[str, Any]) -> None:
+        pass
+
+    def at_end(self, trainer: "Trainer") -> None:
+        pass
+
+    def on_resume(self, trainer: "Trainer") -> None:
+        pass
+
+
+class Averaging(Hook):
+    """Snapshots of the weights every `every` steps (and at the last step), the newest
+    `last` kept in run/snapshots/; their element-wise mean becomes average.safetensors at
+    the end of training. Only rank 0 writes."""
+
+    def __init__(self, run: RunDir, last: int, every: int) -> None:
+        if last < 1 or every < 1:
+            raise ValueError(f"need last >= 1 and every >= 1, got last={last}, every={every}")
+        self.run, self.last, self.every = run, last, every
+
+    def _snapshot(self, trainer: "Trainer") -> None:
+        save_snapshot(trainer.model, self.run.snapshots, trainer.state.step, keep_last=self.last)
+
+    def after_step(self, trainer: "Trainer") -> None:
+        if trainer.rank == 0 and trainer.state.step % self.every == 0:
+            self._snapshot(trainer)
+
+    def on_resume(self, trainer: "Trainer") -> None:
+        """Snapshots newer than the checkpoint resumed from belong to the steps that the
+        resumed run takes again: drop them, as metrics.jsonl drops those steps' events."""
+        if trainer.rank == 0:
+            drop_snapshots_after(self.run.snapshots, trainer.state.step)
+
+    def at_end(self, trainer: "Trainer") -> None:
+        if trainer.rank != 0:
+            return
+        if trainer.state.step % self.every != 0:
+            self._snapshot(trainer)
+        used = list_snapshots(self.run.snapshots)[-self.last:]
+        average_weight_files(copy.deepcopy(trainer.model), used, self.run.average, self.run.config)
+        log.info("averaged the weights of steps %s into %s",
+                 ", ".join(p.stem.removeprefix("step_") for p in used), self.run.average)

@@ -1,0 +1,87 @@
+"""What is trained: the seam between the training loop and a kind of model.
+
+The Trainer (training/trainer.py) is one loop for every task: steps, accumulation,
+precision, resume, DDP, divergence checks, logging, checkpoints. A task is what differs
+between, say, translation (training/translation.py) and a language model:
+
+    build_model()          the model, sized for the task's data (vocabulary)
+    train_batches(...)     an endless, resumable, seeded stream of training batches
+    loss_view(model)       a module whose forward(batch) is (logits (N, V), targets (N,)):
+                           the N predicted tokens of the batch. DDP wraps this module,
+                           so gradients are reduced by the ordinary forward/backward
+    criterion(model)       the loss of (logits, targets), summed over tokens
+    validate(model, ...)   a dict of validation numbers ({} without validation data)
+    selection              which of those numbers selects the best model, and its direction
+    summary(batches)       one log line about the data, before training starts
+
+A batch only needs `to(device)` and `n_tokens` (the targets it holds): the loss of a step
+is divided by the tokens of all its batches, so an update does not depend on how the
+tokens were cut into batches or processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Protocol
+
+import torch
+from torch import nn
+
+
+class TrainingBatch(Protocol):
+    n_tokens: int
+
+    def to(self, device: torch.device) -> "TrainingBatch":
+        ...
+
+
+class BatchSource(Protocol):
+    """An endless stream of batches whose position can be saved and restored."""
+
+    def __iter__(self) -> Iterator[TrainingBatch]:
+        ...
+
+    def __next__(self) -> TrainingBatch:
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ...
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The validation number that selects the best model: its key in `validate`'s dict
+    and whether higher is better (BLEU) or lower (loss)."""
+
+    metric: str
+    higher_is_better: bool = True
+
+    def better(self, value: float, best: float | None) -> bool:
+        """Whether `value` beats the best so far (None: nothing yet)."""
+        if best is None:
+            return True
+        return value > best if self.higher_is_better else value < best
+
+
+class Task(Protocol):
+    selection: Selection
+
+    def build_model(self) -> nn.Module:
+        ...
+
+    def train_batches(self, seed: int, rank: int, world_size: int, accumulate: int) -> BatchSource:
+        ...
+
+    def loss_view(self, model: nn.Module) -> nn.Module:
+        ...
+
+    def criterion(self, model: nn.Module) -> nn.Module:
+        ...
+
+    def validate(self, model: nn.Module, device: torch.device, precision: str) -> dict[str, Any]:
+        ...
+
+    def summary(self, batches: BatchSource) -> str:
+        ...

@@ -1,0 +1,185 @@
+"""The Trainer is one loop for any task (training/task.py): a second, trivial task defined
+here trains, validates, selects, checkpoints, resumes and averages through it unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from transformer_mt.config import Config, TrainConfig
+from transformer_mt.runs import RunDir, list_checkpoints, list_snapshots, load_checkpoint
+from transformer_mt.training.hooks import Averaging
+from transformer_mt.training.task import Selection
+from transformer_mt.training.trainer import Trainer, seed_everything
+
+V = 12  # the task: given token t, predict (t + 1) mod V
+
+
+@dataclass
+class Pairs:
+    inputs: torch.Tensor  # (N,)
+    targets: torch.Tensor  # (N,)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.inputs.numel()
+
+    def to(self, device: torch.device) -> "Pairs":
+        return Pairs(self.inputs.to(device), self.targets.to(device))
+
+
+class CountingStream:
+    """Endless seeded batches of 16 tokens; its position is its state."""
+
+    def __init__(self, seed: int, rank: int) -> None:
+        self.seed, self.rank, self.position = seed, rank, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Pairs:
+        generator = torch.Generator().manual_seed(self.seed * 1000 + self.position * 7 + self.rank)
+        self.position += 1
+        inputs = torch.randint(0, V, (16,), generator=generator)
+        return Pairs(inputs, (inputs + 1) % V)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = state["position"]
+
+
+class Lookup(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(V, 16)
+        self.out = nn.Linear(16, V)
+
+    def forward(self, batch: Pairs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.out(self.embed(batch.inputs)), batch.targets
+
+
+class SuccessorTask:
+    selection = Selection("accuracy", higher_is_better=True)
+
+    def build_model(self) -> nn.Module:
+        return Lookup()
+
+    def train_batches(self, seed: int, rank: int, world_size: int, accumulate: int) -> CountingStream:
+        return CountingStream(seed, rank)
+
+    def loss_view(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def criterion(self, model: nn.Module) -> nn.Module:
+        return nn.CrossEntropyLoss(reduction="sum")
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module, device: torch.device, precision: str) -> dict[str, Any]:
+        every = torch.arange(V)
+        logits, targets = model(Pairs(every, (every + 1) % V))
+        return {"accuracy": float((logits.argmax(-1) == targets).float().mean())}
+
+    def summary(self, batches: CountingStream) -> str:
+        return "successor task"
+
+
+def config(steps: int) -> Config:
+    train = TrainConfig(schedule="constant", lr=0.05, max_steps=steps, valid_every=5, log_every=5,
+                        precision="fp32", keep_last=50)
+    return Config(train=train)
+
+
+def train(run: Path, steps: int, hooks=()) -> Trainer:
+    seed_everything(1)
+    task = SuccessorTask()
+    trainer = Trainer(config(steps), RunDir(run), task, task.build_model(), torch.device("cpu"),
+                      progress=False, hooks=hooks)
+    trainer.resume()
+    trainer.train()
+    return trainer
+
+
+def test_a_second_task_learns_through_the_same_loop(tmp_path: Path) -> None:
+    trainer = train(tmp_path / "run", 60)
+    assert trainer.last_validation["accuracy"] == 1.0
+    assert trainer.state.best == 1.0 and trainer.state.best_metric == "accuracy"
+    assert (tmp_path / "run" / "best.safetensors").is_file()
+    assert list_checkpoints(tmp_path / "run" / "checkpoints")[-1].name == "step_60.pt"
+
+
+def test_the_second_task_resumes_exactly(tmp_path: Path) -> None:
+    straight = train(tmp_path / "straight", 20)
+    train(tmp_path / "stopped", 10)
+    resumed = train(tmp_path / "stopped", 20)
+    assert resumed.state.step == 20
+    for key, value in straight.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[key]), key
+
+
+def test_averaging_hook_averages_the_last_snapshots(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(run, 23, hooks=[Averaging(RunDir(run), last=3, every=4)])
+    snapshots = list_snapshots(run / "snapshots")
+    assert [p.name for p in snapshots] == ["step_16.safetensors", "step_20.safetensors", "step_23.safetensors"]
+    final = load_checkpoint(run / "checkpoints" / "step_23.pt")["model"]
+    assert all(torch.equal(final[k], v) for k, v in load_file(snapshots[-1]).items())
+    tensors = [load_file(p) for p in snapshots]
+    average = load_file(run / "average.safetensors")
+    for key in average:
+        expected = torch.stack([t[key] for t in tensors]).mean(0)
+        assert torch.allclose(average[key], expected, atol=1e-7), key
+
+
+def test_a_resume_drops_snapshots_of_steps_taken_again(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(run, 10, hooks=[Averaging(RunDir(run), last=5, every=2)])
+    (run / "checkpoints" / "step_10.pt").unlink()  # as if killed after the snapshots of steps 6-10
+    task = SuccessorTask()
+    trainer = Trainer(config(10), RunDir(run), task, task.build_model(), torch.device("cpu"), progress=False,
+                      hooks=[Averaging(RunDir(run), last=5, every=2)])
+    assert trainer.resume() and trainer.state.step == 5
+    assert [p.name for p in list_snapshots(run / "snapshots")] == ["step_2.safetensors", "step_4.safetensors"]
+    trainer.train()
+    assert [p.name for p in list_snapshots(run / "snapshots")] == [f"step_{s}.safetensors" for s in (2, 4, 6, 8, 10)]
+
+
+def test_averaging_needs_positive_sizes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="last >= 1"):
+        Averaging(RunDir(tmp_path), last=0, every=1)
+
+
+def test_a_checkpoint_from_before_the_task_seam_resumes_its_selection() -> None:
+    """Older checkpoints kept a history and, when selecting on the loss, minus the loss as best."""
+    from transformer_mt.training.trainer import TrainState
+
+    old = {"step": 40, "train_seconds": 3.0, "best": -2.5, "bad_validations": 1, "history": [{"step": 20}]}
+    state = TrainState.from_checkpoint(old, "valid_loss")
+    assert (state.step, state.best, state.bad_validations, state.best_metric) == (40, 2.5, 1, "valid_loss")
+    assert TrainState.from_checkpoint({**old, "best": 31.0}, "bleu").best == 31.0
+    assert TrainState.from_checkpoint({**old, "best": 2.5, "best_metric": "valid_loss"}, "valid_loss").best == 2.5
+
+
+def test_training_with_average_last_writes_the_average_the_command_rewrites(tmp_path: Path) -> None:
+    """fit with train.average_last keeps snapshots and averages them; `average --last N`
+    then averages those same snapshots (not the step checkpoints)."""
+    from transformer_mt.cli import main
+    from transformer_mt.training import fit
+    from conftest import tiny_config
+
+    run = tmp_path / "run"
+    fit(tiny_config(train__max_steps=12, train__valid_every=6, data__task_size=200, train__average_last=2,
+                    train__average_every=4), run, progress=False)
+    assert [p.name for p in list_snapshots(run / "snapshots")] == ["step_8.safetensors", "step_12.safetensors"]
+    first = load_file(run / "average.safetensors")
+    (run / "average.safetensors").unlink()
+    assert main(["average", str(run), "--last", "2"]) == 0
+    again = load_file(run / "average.safetensors")
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
