@@ -42,7 +42,7 @@ from transformer_mt.quantize import prepare_model
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
 SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "hf", "ct2-float32", "ct2-int8", "export-float32", "export-int8")
-# Our special ids (tokenizer.py); the Marian model uses eos = 0 and pad = last id.
+# Our special ids (data/specials.py); the Marian model uses eos = 0 and pad = last id.
 PAD, BOS, EOS = 0, 2, 3
 
 

@@ -24,7 +24,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from transformer_mt.config import load_config, replace
-from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_mt.model.transformer import build_model
 from transformer_mt.server import Limits, TranslationService, create_app
 from transformer_mt.translator import Translator
@@ -36,7 +36,7 @@ SENTENCE = "A man in a blue shirt is standing next to a red car while two childr
 def random_small(folder: Path) -> Translator:
     with gzip.open(MULTI30K / "train.en.gz", "rt", encoding="utf-8") as handle:
         lines = [next(handle).strip() for _ in range(20000)]
-    tokenizer = Tokenizer.train(lines, folder / "sp.model", vocab_size=8000)
+    tokenizer = SentencePieceTokenizer.train(lines, folder / "sp.model", vocab_size=8000)
     cfg = load_config("small")
     cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=len(tokenizer), tgt_vocab_size=len(tokenizer)))
     torch.manual_seed(0)

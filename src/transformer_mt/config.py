@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # presets, shipped inside the package
-TASK_NAMES = ("numbers", "copy")  # the built-in tasks of data/tasks.py
+TASK_NAMES = ("numbers", "copy")  # the built-in toy corpora of data/toy_corpora.py
 CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs.load_run_weights
 PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py

@@ -31,7 +31,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 from transformer_mt.config import CHECKPOINT_CHOICES, Config, config_yaml, load_config
-from transformer_mt.data.tokenizer import MARIAN_VOCAB, Tokenizer, load_tokenizer, tokenizer_files
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizers import find_tokenizer, load_tokenizer, tokenizer_files
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_path, atomic_write_text
 from transformer_mt.model.transformer import EncoderDecoder, build_model
@@ -52,15 +54,14 @@ class RunDir:
 
     @property
     def tokenizer(self) -> Path:
-        return self.root / "tokenizer.model"
+        """Where the run's own vocabulary is trained: tokenizer.model."""
+        return self.root / SentencePieceTokenizer.file_name
 
     @property
     def tokenizer_file(self) -> Path:
         """The file that names the run's vocabulary: tokenizer.model, or the vocab.json of
-        an imported Marian run (data/marian_tokenizer.py); tokenizer.model if neither exists yet."""
-        if not self.tokenizer.is_file() and (self.root / MARIAN_VOCAB).is_file():
-            return self.root / MARIAN_VOCAB
-        return self.tokenizer
+        an imported Marian run (data/tokenizers.py); tokenizer.model if neither exists yet."""
+        return find_tokenizer(self.root)
 
     def tokenizer_files(self) -> list[Path]:
         """The vocabulary's files that exist (what a fine-tuned run copies)."""
@@ -119,7 +120,7 @@ class RunDir:
         atomic_write_text(self.config, config_yaml(cfg))
 
     def read_tokenizer(self) -> Tokenizer:
-        """The run's tokenizer: a Tokenizer, or a MarianTokenizer for an imported Marian run."""
+        """The run's tokenizer: a SentencePieceTokenizer, or a MarianTokenizer for an imported Marian run."""
         return load_tokenizer(self.tokenizer_file)
 
     def text_files(self, splits: tuple[str, ...]) -> tuple[Path, Path]:

@@ -24,7 +24,8 @@ import torch
 
 from transformer_mt.config import ConfigError, DecodeConfig, replace
 from transformer_mt.data.batching import pad_sequences
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID, Tokenizer
+from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode, max_lengths
 from transformer_mt.decoding.trace import Trace, trace_beam_search

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from transformer_mt.cli import main
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.runs import RunDir, load_run_model
 
@@ -58,7 +59,8 @@ def test_fine_tuning_lowers_the_loss_on_the_new_corpus_and_leaves_the_original(t
     start, tuned = loss_on(tiny_run, "best", *valid), loss_on(run, "last", *valid)
     assert tuned < 0.7 * start, (start, tuned)
     assert digest(tiny_run) == before  # the run it started from is untouched
-    original, copied = Tokenizer.load(tiny_run / "tokenizer.model"), Tokenizer.load(run / "tokenizer.model")
+    original = SentencePieceTokenizer.load(tiny_run / "tokenizer.model")
+    copied = SentencePieceTokenizer.load(run / "tokenizer.model")
     assert [original.sp.IdToPiece(i) for i in range(len(original))] == [copied.sp.IdToPiece(i) for i in range(len(copied))]
 
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from transformer_mt.data.batching import BatchStream, batch_indices, collate, padding_fraction
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
 
 
 def lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -64,10 +64,10 @@ def test_ranks_share_an_epoch_without_overlap() -> None:
 
 def test_multi30k_padding_under_ten_percent(multi30k, tmp_path) -> None:
     from transformer_mt.data.corpus import read_parallel
-    from transformer_mt.data.tokenizer import Tokenizer
+    from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
 
     corpus = read_parallel(multi30k / "train.en.gz", multi30k / "train.de.gz")
-    tokenizer = Tokenizer.train(corpus.src + corpus.tgt, tmp_path / "sp.model", vocab_size=8000)
+    tokenizer = SentencePieceTokenizer.train(corpus.src + corpus.tgt, tmp_path / "sp.model", vocab_size=8000)
     src = [len(s) for s in tokenizer.encode(corpus.src)]
     tgt = [len(t) for t in tokenizer.encode(corpus.tgt)]
     fraction = padding_fraction(batch_indices(src, tgt, 4096, seed=1), src, tgt)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from transformer_mt.data.corpus import CorpusError, read_lines, read_parallel
-from transformer_mt.data.prepare import keep_mask
+from transformer_mt.data.prepare import within_limits
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -61,4 +61,4 @@ def test_length_and_ratio_filter() -> None:
     # too long (30 > 25), ratio 10 > 3, exactly at both limits (25 and 25/9 < 3), ratio 3 with a 0
     src = np.array([3, 30, 2, 25, 4, 0])
     tgt = np.array([4, 3, 20, 9, 4, 3])
-    assert keep_mask(src, tgt, max_len=25, max_ratio=3.0).tolist() == [True, False, False, True, True, True]
+    assert within_limits(src, tgt, max_len=25, max_ratio=3.0).tolist() == [True, False, False, True, True, True]

@@ -17,9 +17,10 @@ import sentencepiece as spm
 from transformer_mt.config import load_config, replace
 from transformer_mt.data import prepare as prep
 from transformer_mt.data.corpus import CorpusError
-from transformer_mt.data.dataset import CorpusPaths, load_or_train_tokenizer
+from transformer_mt.data.corpus_files import CorpusPaths
 from transformer_mt.data.prepare import Limits, prepare_corpus
-from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.vocabulary import load_or_train_tokenizer
 from transformer_mt.errors import UserError
 
 WORDS = "the a red dog cat runs over small big house green tree man woman sees".split()
@@ -155,8 +156,8 @@ def test_vocabulary_sample_is_deterministic_and_all_of_a_small_corpus(corpus, tm
     src = [line for line in paths.train[0].read_text().splitlines()]
     tgt = [line for line in paths.train[1].read_text().splitlines()]
     keep = [i for i in range(len(src)) if src[i].strip() and tgt[i].strip()]
-    whole = Tokenizer.train([src[i] for i in keep] + [tgt[i] for i in keep], tmp_path / "whole.model", 60)
-    assert pieces(Tokenizer.load(model)) == pieces(whole)
+    whole = SentencePieceTokenizer.train([src[i] for i in keep] + [tgt[i] for i in keep], tmp_path / "whole.model", 60)
+    assert pieces(SentencePieceTokenizer.load(model)) == pieces(whole)
     cfg = replace(load_config("tiny").data, vocab_size=60, vocab_sample=40)  # 20 of 1176 pairs
     trained = [load_or_train_tokenizer(cfg, paths.train, tmp_path / f"{seed}{n}.model", seed)
                for seed, n in ((3, "a"), (3, "b"), (4, "c"))]
@@ -164,7 +165,7 @@ def test_vocabulary_sample_is_deterministic_and_all_of_a_small_corpus(corpus, tm
     assert pieces(trained[0]) != pieces(whole)
 
 
-def pieces(tokenizer: Tokenizer) -> list[tuple[str, float]]:
+def pieces(tokenizer: SentencePieceTokenizer) -> list[tuple[str, float]]:
     return [(tokenizer.sp.IdToPiece(i), tokenizer.sp.GetScore(i)) for i in range(len(tokenizer))]
 
 

@@ -6,31 +6,32 @@ from pathlib import Path
 
 import pytest
 
-from transformer_mt.data.tasks import numbers_task
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_mt.data.toy_corpora import numbers_corpus
 from transformer_mt.errors import UserError
 
-TEXT = [line for pair in numbers_task(300, seed=2)["train"] for line in pair]
+TEXT = [line for pair in numbers_corpus(300, seed=2)["train"] for line in pair]
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    return Tokenizer.train(TEXT, tmp_path_factory.mktemp("sp") / "tokenizer.model", vocab_size=120)
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> SentencePieceTokenizer:
+    return SentencePieceTokenizer.train(TEXT, tmp_path_factory.mktemp("sp") / "tokenizer.model", vocab_size=120)
 
 
-def test_special_ids_are_fixed(tokenizer: Tokenizer) -> None:
+def test_special_ids_are_fixed(tokenizer: SentencePieceTokenizer) -> None:
     assert tokenizer.id_to_piece([PAD_ID, UNK_ID, BOS_ID, EOS_ID]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert all(min(ids) > EOS_ID for ids in tokenizer.encode(TEXT[:50]))
 
 
-def test_encode_decode_round_trip(tokenizer: Tokenizer) -> None:
+def test_encode_decode_round_trip(tokenizer: SentencePieceTokenizer) -> None:
     lines = ["three hundred and twenty-one", "dreihunderteinundzwanzig"]
     assert tokenizer.decode(tokenizer.encode(lines)) == lines
     assert "".join(tokenizer.pieces(lines[0])).replace("\u2581", " ").strip() == lines[0]
 
 
-def test_training_is_deterministic(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    again = Tokenizer.train(TEXT, tmp_path / "again.model", vocab_size=120)
+def test_training_is_deterministic(tokenizer: SentencePieceTokenizer, tmp_path: Path) -> None:
+    again = SentencePieceTokenizer.train(TEXT, tmp_path / "again.model", vocab_size=120)
     assert len(again) == len(tokenizer)
     assert again.id_to_piece(list(range(len(again)))) == tokenizer.id_to_piece(list(range(len(tokenizer))))
     assert not list(tmp_path.glob(".spm-*")), "temporary training folder left behind"
@@ -40,13 +41,13 @@ def test_a_file_that_is_not_a_model_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "tokenizer.model"
     bad.write_text("not a model")
     with pytest.raises(UserError, match=f"{bad}: not a sentencepiece model"):
-        Tokenizer.load(bad)
+        SentencePieceTokenizer.load(bad)
     with pytest.raises(UserError, match="missing"):
-        Tokenizer.load(tmp_path / "nope.model")
+        SentencePieceTokenizer.load(tmp_path / "nope.model")
 
 
-def test_one_vocabulary_encodes_both_sides_and_maps_pieces(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    from transformer_mt.data.tokenizer import load_tokenizer, tokenizer_files
+def test_one_vocabulary_encodes_both_sides_and_maps_pieces(tokenizer: SentencePieceTokenizer, tmp_path: Path) -> None:
+    from transformer_mt.data.tokenizers import load_tokenizer, tokenizer_files
 
     lines = ["three hundred and twenty-one", "dreihunderteinundzwanzig"]
     assert tokenizer.encode_target(lines) == tokenizer.encode(lines)

@@ -35,6 +35,13 @@ class Corpus:
         return len(self.src)
 
 
+def usable_pair(src: str, tgt: str) -> bool:
+    """A pair to learn from: neither side empty or whitespace only. The one rule for
+    skipping pairs, shared by read_parallel, the vocabulary sample and prepare's workers,
+    so that all three keep the same pairs."""
+    return bool(src.strip()) and bool(tgt.strip())
+
+
 def decode_line(raw: bytes, number: int, name: str = "<stdin>") -> str:
     """One line of bytes as text without its line ending; invalid UTF-8 names the line."""
     try:
@@ -117,7 +124,7 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Corpus:
     lines = 0
     for lines, (src_raw, tgt_raw) in enumerate(iter_raw_pairs(src_path, tgt_path), start=1):
         s, t = decode_line(src_raw, lines, str(src_path)), decode_line(tgt_raw, lines, str(tgt_path))
-        if s.strip() and t.strip():
+        if usable_pair(s, t):
             src.append(s)
             tgt.append(t)
     if not src:

@@ -26,8 +26,13 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, MARIAN_VOCAB, PAD_ID, SPECIAL_IDS, UNK_ID, load_sentencepiece
+from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.data.tokenizer import load_sentencepiece
 from transformer_mt.errors import UserError
+
+# vocab.json first (it names the tokenizer), then the sentencepiece models that cut the text
+MARIAN_VOCAB = "vocab.json"
+MARIAN_TOKENIZER_FILES = (MARIAN_VOCAB, "source.spm", "target.spm")
 
 EOS_PIECE, UNK_PIECE, PAD_PIECE = "</s>", "<unk>", "<pad>"  # MarianTokenizer's special tokens
 BOS_PIECE = "<s>"  # our bos row (a copy of Marian's decoder start); Marian has no such piece
@@ -74,7 +79,9 @@ def _load_spm(path: Path) -> spm.SentencePieceProcessor:
 
 class MarianTokenizer:
     """Text <-> ids with Marian's vocab.json and its source and target sentencepiece
-    models; the same interface as data/tokenizer.py's Tokenizer."""
+    models (the `Tokenizer` protocol of data/tokenizer.py)."""
+
+    file_name = MARIAN_VOCAB
 
     def __init__(self, vocab: dict[str, int], source: spm.SentencePieceProcessor,
                  target: spm.SentencePieceProcessor) -> None:
@@ -88,6 +95,20 @@ class MarianTokenizer:
         self.pieces_of_rows[BOS_ID] = BOS_PIECE if BOS_PIECE not in vocab else "<decoder-start>"
         self.ids_of_pieces = {piece: i for i, piece in enumerate(self.pieces_of_rows)}
         self.unk_marian = vocab[UNK_PIECE]
+
+    @classmethod
+    def files(cls, path: Path) -> list[Path]:
+        """vocab.json (`path`), source.spm and target.spm beside it."""
+        return [path.parent / name for name in MARIAN_TOKENIZER_FILES]
+
+    @classmethod
+    def encoding_files(cls, path: Path) -> list[Path]:
+        """All three: the sentencepiece models cut the text that vocab.json numbers."""
+        return cls.files(path)
+
+    @classmethod
+    def from_file(cls, path: Path) -> "MarianTokenizer":
+        return cls.load(path.parent)
 
     @classmethod
     def load(cls, folder: str | Path) -> "MarianTokenizer":

@@ -34,9 +34,10 @@ from tqdm import tqdm
 
 from transformer_mt.data.sequences import Sequences
 from transformer_mt.data.corpus import Corpus, CorpusError, decode_line, iter_raw_pairs, no_pairs_left, open_lines
-from transformer_mt.data.corpus import read_parallel, warn_skipped
-from transformer_mt.data.dataset import CorpusPaths, PathPair
-from transformer_mt.data.tokenizer import MARIAN_VOCAB, load_tokenizer, tokenizer_files
+from transformer_mt.data.corpus import read_parallel, usable_pair, warn_skipped
+from transformer_mt.data.corpus_files import CorpusPaths, PathPair
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizers import encoding_files, load_tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_write_text
 
@@ -96,10 +97,10 @@ class EncodedChunk:
 
 
 # ---- worker side ----------------------------------------------------------------------
-_TOKENIZERS: dict[tuple[str, str], Any] = {}
+_TOKENIZERS: dict[tuple[str, str], Tokenizer] = {}
 
 
-def _tokenizer(model: str, digest: str) -> Any:
+def _tokenizer(model: str, digest: str) -> Tokenizer:
     """The tokenizer, loaded once per process (keyed by content, not name): a
     sentencepiece model, or an imported Marian vocab.json (source and target cut apart)."""
     if (model, digest) not in _TOKENIZERS:
@@ -107,7 +108,7 @@ def _tokenizer(model: str, digest: str) -> Any:
     return _TOKENIZERS[(model, digest)]
 
 
-def keep_mask(src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int, max_ratio: float) -> np.ndarray:
+def within_limits(src_lens: np.ndarray, tgt_lens: np.ndarray, max_len: int, max_ratio: float) -> np.ndarray:
     """Training pairs to keep: no side longer than max_len subwords and a longer/shorter
     length ratio of at most max_ratio (an empty side counts as length 1)."""
     longest, shortest = np.maximum(src_lens, tgt_lens), np.maximum(np.minimum(src_lens, tgt_lens), 1)
@@ -124,14 +125,14 @@ def encode_chunk(chunk: Chunk, model: str, digest: str, limits: Limits, dtype: s
     src, tgt = [], []
     for number, (s, t) in enumerate(zip(chunk.src, chunk.tgt), start=chunk.first_line):
         s, t = decode_line(s, number, chunk.names[0]), decode_line(t, number, chunk.names[1])
-        if s.strip() and t.strip():
+        if usable_pair(s, t):
             src.append(s)
             tgt.append(t)
     tokenizer = _tokenizer(model, digest)
     src_ids, tgt_ids = tokenizer.encode(src), tokenizer.encode_target(tgt)
     filtered = truncated_src = truncated_tgt = 0
     if chunk.split == "train":
-        keep = keep_mask(np.fromiter(map(len, src_ids), int), np.fromiter(map(len, tgt_ids), int),
+        keep = within_limits(np.fromiter(map(len, src_ids), int), np.fromiter(map(len, tgt_ids), int),
                          limits.max_len, limits.max_ratio)
         src_ids = [ids for ids, k in zip(src_ids, keep) if k]
         tgt_ids = [ids for ids, k in zip(tgt_ids, keep) if k]
@@ -250,9 +251,11 @@ def changed(saved: dict[str, Any], path: Path) -> str | None:
 
 
 def inputs(paths: CorpusPaths, tokenizer: Path) -> dict[str, Path]:
-    files = {"tokenizer": tokenizer, "train_src": paths.train[0], "train_tgt": paths.train[1]}
-    if tokenizer.name == MARIAN_VOCAB:  # its sentencepiece models cut the text too
-        files.update(zip(("source_spm", "target_spm"), tokenizer_files(tokenizer)[1:]))
+    """The files the prepared data is made from, by manifest key. Besides its naming file,
+    a tokenizer adds the files its ids depend on (an imported run's source_spm, target_spm)."""
+    model, *cutters = encoding_files(tokenizer)
+    files = {"tokenizer": model, "train_src": paths.train[0], "train_tgt": paths.train[1]}
+    files.update((path.name.replace(".", "_"), path) for path in cutters)
     if paths.valid:
         files.update(valid_src=paths.valid[0], valid_tgt=paths.valid[1])
     return files

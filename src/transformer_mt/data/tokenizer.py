@@ -1,29 +1,70 @@
-"""One joint sentencepiece vocabulary for source and target (paper section 5.1: "a
-shared source-target vocabulary"), with fixed ids for the special symbols:
+"""What the rest of the package needs of a tokenizer, and the one sentencepiece helper
+both implementations share.
 
-    pad 0 (<pad>)    unk 1 (<unk>)    bos 2 (<s>)    eos 3 (</s>)
-
-Every model, batch and decoder in this package relies on these four ids."""
+Two classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
+this package trains, data/sentencepiece_tokenizer.py) and MarianTokenizer (an imported
+OPUS-MT vocabulary, data/marian_tokenizer.py). data/tokenizers.py picks one from a run's
+files. Neither implementation imports that registry, and this module imports neither
+implementation, so the three import without a cycle."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import ClassVar, Protocol
 
 import sentencepiece as spm
 
 from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_path
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})  # never part of a translation's text
-NEVER_EMITTED = (PAD_ID, BOS_ID)  # the decoders never choose these (Hugging Face bans pad too)
-# An imported Marian (OPUS-MT) vocabulary: vocab.json first (it names the tokenizer), then
-# the sentencepiece models that cut source and target text (data/marian_tokenizer.py).
-MARIAN_VOCAB = "vocab.json"
-MARIAN_TOKENIZER_FILES = (MARIAN_VOCAB, "source.spm", "target.spm")
+
+class Tokenizer(Protocol):
+    """Text <-> subword ids with the fixed special ids of data/specials.py.
+
+    The class-level part says which files a tokenizer is made of, so that a run's
+    tokenizer can be found, copied and fingerprinted before it is loaded."""
+
+    file_name: ClassVar[str]  # the file that names this tokenizer in a run folder
+
+    @classmethod
+    def files(cls, path: Path) -> list[Path]:
+        """Every file of the tokenizer whose naming file is `path`, `path` first."""
+        ...
+
+    @classmethod
+    def encoding_files(cls, path: Path) -> list[Path]:
+        """The files its ids depend on, `path` first (what prepared data is checked against)."""
+        ...
+
+    @classmethod
+    def from_file(cls, path: Path) -> Tokenizer:
+        """The tokenizer whose naming file is `path`."""
+        ...
+
+    def __len__(self) -> int:
+        ...
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        """Source sentences -> ids (no bos/eos: batching adds them)."""
+        ...
+
+    def encode_target(self, lines: list[str]) -> list[list[int]]:
+        """Target sentences -> ids (no bos/eos)."""
+        ...
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Output ids -> sentences, the special ids dropped."""
+        ...
+
+    def pieces(self, line: str) -> list[str]:
+        """The source pieces of one sentence, as the model sees them."""
+        ...
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        ...
+
+    def piece_to_id(self, piece: str) -> int:
+        """The id of a piece; UNK_ID for a piece outside the vocabulary."""
+        ...
 
 
 def load_sentencepiece(path: Path, if_missing: str) -> spm.SentencePieceProcessor:
@@ -37,110 +78,3 @@ def load_sentencepiece(path: Path, if_missing: str) -> spm.SentencePieceProcesso
     except (OSError, RuntimeError) as err:
         raise UserError(f"{path}: not a sentencepiece model ({err})") from None
     return processor
-
-
-class Tokenizer:
-    """Text <-> subword ids with a trained sentencepiece model."""
-
-    def __init__(self, processor: spm.SentencePieceProcessor) -> None:
-        self.sp = processor
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Tokenizer":
-        path = Path(path)
-        processor = load_sentencepiece(path, "train a vocabulary with `transformer-mt vocab` or `train`")
-        if processor.pad_id() != PAD_ID or processor.eos_id() != EOS_ID or processor.bos_id() != BOS_ID:
-            raise UserError(f"{path}: special ids differ from pad 0, unk 1, bos 2, eos 3; "
-                            "train the vocabulary with transformer-mt")
-        return cls(processor)
-
-    @classmethod
-    def train(
-        cls,
-        sentences: Iterable[str],
-        path: str | Path,
-        vocab_size: int = 8000,
-        model_type: str = "bpe",
-        seed: int = 1,
-    ) -> "Tokenizer":
-        """Train on `sentences` (both languages for a joint vocabulary) and write
-        `path` (plus its `.vocab` beside it) atomically. The same sentences and settings
-        give the same model. `vocab_size` is an upper bound: a tiny corpus may need fewer."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        spm.set_random_generator_seed(seed)
-        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".spm-") as tmp:
-            prefix = os.path.join(tmp, "sp")
-            try:
-                _train_sentencepiece(sentences, prefix, vocab_size, model_type)
-            except RuntimeError as err:
-                raise UserError(f"{path}: sentencepiece could not train a vocabulary on this text "
-                                f"({str(err).strip().splitlines()[-1]})") from None
-            for suffix, final in ((".vocab", path.with_suffix(".vocab")), (".model", path)):
-                with atomic_path(final) as out:
-                    os.replace(prefix + suffix, out)
-        return cls.load(path)
-
-    def __len__(self) -> int:
-        return self.sp.GetPieceSize()
-
-    def encode(self, lines: list[str]) -> list[list[int]]:
-        """Sentences -> subword ids (no bos/eos: batching adds them)."""
-        return self.sp.Encode(list(lines), out_type=int)
-
-    def encode_target(self, lines: list[str]) -> list[list[int]]:
-        """Target-side sentences -> ids: the same as `encode` with one joint vocabulary
-        (an imported Marian tokenizer cuts the target with its own model)."""
-        return self.encode(lines)
-
-    def decode(self, ids: list[list[int]]) -> list[str]:
-        """Subword ids (specials already removed) -> sentences."""
-        return self.sp.Decode([list(seq) for seq in ids])
-
-    def pieces(self, line: str) -> list[str]:
-        """The subword pieces of one sentence, as the model sees them."""
-        return self.sp.EncodeAsPieces(line)
-
-    def id_to_piece(self, ids: list[int]) -> list[str]:
-        return [self.sp.IdToPiece(i) for i in ids]
-
-    def piece_to_id(self, piece: str) -> int:
-        """The id of a piece; UNK_ID for a piece outside the vocabulary."""
-        return self.sp.PieceToId(piece)
-
-
-def load_tokenizer(path: str | Path):
-    """The tokenizer stored at `path`: a sentencepiece tokenizer.model, or the vocab.json
-    of an imported Marian (OPUS-MT) vocabulary, with its source.spm and target.spm beside it."""
-    path = Path(path)
-    if path.name == MARIAN_VOCAB:
-        from transformer_mt.data.marian_tokenizer import MarianTokenizer
-
-        return MarianTokenizer.load(path.parent)
-    return Tokenizer.load(path)
-
-
-def tokenizer_files(path: str | Path) -> list[Path]:
-    """Every file of the tokenizer stored at `path` (see `load_tokenizer`), `path` first."""
-    path = Path(path)
-    if path.name == MARIAN_VOCAB:
-        return [path.parent / name for name in MARIAN_TOKENIZER_FILES]
-    return [path, path.with_suffix(".vocab")]
-
-
-def _train_sentencepiece(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str) -> None:
-    """sentencepiece training with the special ids every model of this package relies on."""
-    spm.SentencePieceTrainer.Train(
-        sentence_iterator=iter(sentences),
-        model_prefix=prefix,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=1.0,
-        split_by_number=False,  # 'w1', '1990' may become one piece
-        hard_vocab_limit=False,
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-        pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
-        shuffle_input_sentence=False,
-        num_threads=os.cpu_count() or 1,
-        minloglevel=2,
-    )

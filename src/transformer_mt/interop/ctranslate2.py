@@ -54,7 +54,8 @@ from torch import nn
 
 from transformer_mt import __version__
 from transformer_mt.config import CHECKPOINT_CHOICES
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, UNK_ID, Tokenizer
+from transformer_mt.data.specials import BOS_ID, EOS_ID, UNK_ID
+from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_write_text, fsync_folder
 from transformer_mt.model.attention import MultiHeadAttention

@@ -53,8 +53,8 @@ from typing import Any
 import torch
 
 from transformer_mt.config import Config, DataConfig, DecodeConfig, ModelConfig
-from transformer_mt.data.marian_tokenizer import EOS_PIECE, PAD_PIECE, MarianTokenizer
-from transformer_mt.data.tokenizer import BOS_ID, MARIAN_TOKENIZER_FILES, PAD_ID
+from transformer_mt.data.marian_tokenizer import EOS_PIECE, MARIAN_TOKENIZER_FILES, PAD_PIECE, MarianTokenizer
+from transformer_mt.data.specials import BOS_ID, PAD_ID
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path, atomic_write_text
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
-from transformer_mt.data.tokenizer import EOS_ID, SPECIAL_IDS
+from transformer_mt.data.specials import EOS_ID, SPECIAL_IDS
 from transformer_mt.decoding.trace import Trace
 from transformer_mt.translator import ATTENTION_KINDS, AttentionMaps, Hypothesis, Translator, check_line, has_text
 

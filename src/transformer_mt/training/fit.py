@@ -16,9 +16,10 @@ from typing import Iterator
 from torch import nn
 
 from transformer_mt.config import Config, ConfigError, ModelConfig, replace
-from transformer_mt.data.dataset import corpus_paths, load_or_train_tokenizer
+from transformer_mt.data.corpus_files import corpus_paths
 from transformer_mt.data.prepare import PreparedData
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.vocabulary import load_or_train_tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed

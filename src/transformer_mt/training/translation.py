@@ -14,9 +14,11 @@ from torch import nn
 
 from transformer_mt.config import Config, replace
 from transformer_mt.data.batching import Batch, BatchStream
-from transformer_mt.data.dataset import corpus_paths, load_or_train_tokenizer
+from transformer_mt.data.corpus_files import corpus_paths
 from transformer_mt.data.prepare import Limits, PreparedData, prepare_corpus, require_prepared
-from transformer_mt.data.tokenizer import PAD_ID, Tokenizer
+from transformer_mt.data.specials import PAD_ID
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.vocabulary import load_or_train_tokenizer
 from transformer_mt.device import autocast, resolve_precision
 from transformer_mt.evaluation import score
 from transformer_mt.files import atomic_path

@@ -16,7 +16,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.evaluation import score
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.runs import RunDir

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from transformer_mt.data.corpus import read_lines
-from transformer_mt.data.tasks import number_pair
+from transformer_mt.data.toy_corpora import number_pair
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.masks import padding_mask, subsequent_mask
 from transformer_mt.training.loss import smoothed_distribution

@@ -1,4 +1,4 @@
-"""Built-in generated tasks, checked against values derived here: the documented split
+"""Built-in toy corpora, checked against values derived here: the documented split
 sizes max(100, min(1000, size // 20)) written out as numbers, English number words
 parsed back by a parser of our own, German words from num2words for the parsed number."""
 
@@ -12,7 +12,7 @@ import pytest
 from num2words import num2words
 
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.data.tasks import copy_task, number_pair, numbers_task, write_task
+from transformer_mt.data.toy_corpora import copy_corpus, number_pair, numbers_corpus, write_toy_corpus
 
 ONES = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -47,7 +47,7 @@ def numbers_of(pairs: list[tuple[str, str]]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def numbers_8000() -> dict[str, list[tuple[str, str]]]:
-    return numbers_task(8000, seed=5)
+    return numbers_corpus(8000, seed=5)
 
 
 def test_our_parser_reads_number_words() -> None:
@@ -73,11 +73,11 @@ def test_held_out_splits_are_5_percent_between_100_and_1000(numbers_8000) -> Non
     """max(100, min(1000, size // 20)) validation and test pairs: 100 for 100 or 2000
     training pairs (the floor), 400 for 8000, 1000 for 20000 and 40000 (the cap)."""
     sizes = lambda splits: tuple(len(splits[name]) for name in ("train", "valid", "test"))  # noqa: E731
-    assert sizes(numbers_task(2000, seed=3)) == (2000, 100, 100)
+    assert sizes(numbers_corpus(2000, seed=3)) == (2000, 100, 100)
     assert sizes(numbers_8000) == (8000, 400, 400)
-    assert sizes(copy_task(100)) == (100, 100, 100)
-    assert sizes(copy_task(20000)) == (20000, 1000, 1000)
-    assert sizes(copy_task(40000)) == (40000, 1000, 1000)
+    assert sizes(copy_corpus(100)) == (100, 100, 100)
+    assert sizes(copy_corpus(20000)) == (20000, 1000, 1000)
+    assert sizes(copy_corpus(40000)) == (40000, 1000, 1000)
 
 
 def test_numbers_pairs_are_english_and_german_words_of_one_number(numbers_8000) -> None:
@@ -118,26 +118,26 @@ def test_numbers_have_every_length_and_frequent_zeros(numbers_8000) -> None:
 
 def test_numbers_without_repetition_are_all_distinct_and_seeded() -> None:
     """Under 4000 training pairs nothing repeats: all 2200 numbers are distinct."""
-    splits = numbers_task(2000, seed=3)
+    splits = numbers_corpus(2000, seed=3)
     everything = [n for name in ("train", "valid", "test") for n in numbers_of(splits[name])]
     assert len(everything) == len(set(everything)) == 2200
-    assert numbers_task(2000, seed=3) == splits
-    assert numbers_task(2000, seed=4) != splits
+    assert numbers_corpus(2000, seed=3) == splits
+    assert numbers_corpus(2000, seed=4) != splits
 
 
 def test_copy_targets_equal_sources() -> None:
-    splits = copy_task(1000, seed=2)
+    splits = copy_corpus(1000, seed=2)
     lengths = Counter()
     for pairs in splits.values():
         for src, tgt in pairs:
             assert src == tgt and re.fullmatch(r"w\d( w\d){0,9}", src), src
             lengths[len(src.split())] += 1
     assert set(lengths) == set(range(1, 11))  # 1 to 10 symbols
-    assert copy_task(1000, seed=2) == splits and copy_task(1000, seed=3) != splits
+    assert copy_corpus(1000, seed=2) == splits and copy_corpus(1000, seed=3) != splits
 
 
 def test_written_files_read_back_as_a_corpus(tmp_path: Path) -> None:
-    write_task("numbers", tmp_path, 200)
+    write_toy_corpus("numbers", tmp_path, 200)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["test.src", "test.tgt", "train.src", "train.tgt", "valid.src", "valid.tgt"]  # no temp files
     for split, size in (("train", 200), ("valid", 100), ("test", 100)):

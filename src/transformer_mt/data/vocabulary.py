@@ -1,57 +1,23 @@
-"""From a `data` config to the corpus files (generated for a built-in task) and the
-joint tokenizer, trained on a sample of the training text streamed from the files.
-prepare.py then encodes the files with it."""
+"""The run's joint vocabulary: loaded if the run has one, else a sentencepiece model
+trained on a sample of the training text, streamed from the corpus files."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from transformer_mt.config import TASK_NAMES, ConfigError, DataConfig
-from transformer_mt.data.corpus import decode_line, iter_raw_lines, iter_raw_pairs, no_pairs_left
-from transformer_mt.data.tasks import task_paths, write_task
-from transformer_mt.data.tokenizer import Tokenizer, load_tokenizer
+from transformer_mt.config import DataConfig
+from transformer_mt.data.corpus import decode_line, iter_raw_lines, iter_raw_pairs, no_pairs_left, usable_pair
+from transformer_mt.data.corpus_files import PathPair
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizers import load_tokenizer
 
 log = logging.getLogger("transformer_mt")
-
-PathPair = tuple[Path, Path]
-
-
-@dataclass(frozen=True)
-class CorpusPaths:
-    """(source, target) files of each split; valid and test may be absent."""
-
-    train: PathPair
-    valid: PathPair | None
-    test: PathPair | None
-
-
-def _pair(cfg: DataConfig, split: str) -> PathPair | None:
-    src, tgt = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
-    if bool(src) != bool(tgt):
-        raise ConfigError(f"data.{split}_src and data.{split}_tgt: give both files or neither")
-    return (Path(src), Path(tgt)) if src else None
-
-
-def corpus_paths(cfg: DataConfig, task_dir: Path, seed: int) -> CorpusPaths:
-    """The files to read. A built-in task (data.task) is generated into `task_dir`
-    once; later calls (resume, other DDP ranks) reuse the files written there."""
-    if cfg.task:
-        if cfg.task not in TASK_NAMES:
-            raise ConfigError(f"data.task: must be '' or one of {', '.join(TASK_NAMES)}")
-        paths = task_paths(task_dir)
-        if not all(p.is_file() for pair in paths.values() for p in pair):
-            paths = write_task(cfg.task, task_dir, cfg.task_size, seed)
-        return CorpusPaths(paths["train"], paths["valid"], paths["test"])
-    train = _pair(cfg, "train")
-    if train is None:
-        raise ConfigError("data.train_src, data.train_tgt: set both (or data.task to a built-in task: numbers, copy)")
-    return CorpusPaths(train, _pair(cfg, "valid"), _pair(cfg, "test"))
 
 
 def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: int) -> Tokenizer:
@@ -69,7 +35,7 @@ def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: 
     log.info("training a %d-piece %s vocabulary on %d of %d sentence pairs", cfg.vocab_size, cfg.vocab_type,
              len(chosen), len(kept))
     sentences = chain(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen))
-    return Tokenizer.train(sentences, path, cfg.vocab_size, cfg.vocab_type, seed)
+    return SentencePieceTokenizer.train(sentences, path, cfg.vocab_size, cfg.vocab_type, seed)
 
 
 def nonempty_pairs(pair: PathPair) -> np.ndarray:
@@ -77,7 +43,7 @@ def nonempty_pairs(pair: PathPair) -> np.ndarray:
     (UTF-8, equal line counts) as it streams them."""
     def usable() -> Iterator[int]:
         for number, (src, tgt) in enumerate(iter_raw_pairs(*pair), start=1):
-            if decode_line(src, number, str(pair[0])).strip() and decode_line(tgt, number, str(pair[1])).strip():
+            if usable_pair(decode_line(src, number, str(pair[0])), decode_line(tgt, number, str(pair[1]))):
                 yield number - 1
 
     kept = np.fromiter(usable(), dtype=np.int64)

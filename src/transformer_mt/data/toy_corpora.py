@@ -1,5 +1,5 @@
-"""Built-in tasks: parallel corpora the toolkit generates itself, so that training and
-translating work on a fresh machine without downloading anything.
+"""Built-in toy corpora (config `data.task`): parallel corpora the toolkit generates
+itself, so that training and translating work on a fresh machine without downloading anything.
 
 - `numbers`: English number phrases -> German ones, made with num2words:
   "three hundred and twenty-one" -> "dreihunderteinundzwanzig". Integers from
@@ -50,7 +50,7 @@ def _sample_number(rng: random.Random, zero: float = 0.3) -> int:
     return n
 
 
-def numbers_task(size: int, seed: int = 1) -> dict[str, Pairs]:
+def numbers_corpus(size: int, seed: int = 1) -> dict[str, Pairs]:
     """`size` training pairs plus disjoint validation and test pairs. Every number is
     distinct, except that training repeats 0..99 a few times (up to 5, one per 4000
     pairs): drawn once each, "seven" would be seen once in 20,000 sentences."""
@@ -66,7 +66,7 @@ def numbers_task(size: int, seed: int = 1) -> dict[str, Pairs]:
     return _split([number_pair(n) for n in small + numbers], size)
 
 
-def copy_task(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) -> dict[str, Pairs]:
+def copy_corpus(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) -> dict[str, Pairs]:
     """Random symbol sequences of 1..max_len symbols that translate to themselves."""
     rng = random.Random(seed)
     lines = [
@@ -76,21 +76,21 @@ def copy_task(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) ->
     return _split([(line, line) for line in lines], size)
 
 
-TASKS = {"numbers": numbers_task, "copy": copy_task}  # names listed in config.TASK_NAMES too
+TOY_CORPORA = {"numbers": numbers_corpus, "copy": copy_corpus}  # names listed in config.TASK_NAMES too
 
 
-def task_paths(directory: str | Path) -> dict[str, tuple[Path, Path]]:
-    """Where a task's splits live: DIR/{train,valid,test}.{src,tgt}."""
+def toy_corpus_paths(directory: str | Path) -> dict[str, tuple[Path, Path]]:
+    """Where a toy corpus's splits live: DIR/{train,valid,test}.{src,tgt}."""
     directory = Path(directory)
     return {split: (directory / f"{split}.src", directory / f"{split}.tgt") for split in SPLITS}
 
 
-def write_task(name: str, directory: str | Path, size: int, seed: int = 1) -> dict[str, tuple[Path, Path]]:
-    """Generate task `name` and write its splits; returns {split: (src_path, tgt_path)}."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}")
-    splits = TASKS[name](size, seed)
-    paths = task_paths(directory)
+def write_toy_corpus(name: str, directory: str | Path, size: int, seed: int = 1) -> dict[str, tuple[Path, Path]]:
+    """Generate toy corpus `name` and write its splits; returns {split: (src_path, tgt_path)}."""
+    if name not in TOY_CORPORA:
+        raise ValueError(f"unknown task {name!r}; tasks: {', '.join(TOY_CORPORA)}")
+    splits = TOY_CORPORA[name](size, seed)
+    paths = toy_corpus_paths(directory)
     Path(directory).mkdir(parents=True, exist_ok=True)
     for split, pairs in splits.items():
         src_path, tgt_path = paths[split]

@@ -1,0 +1,49 @@
+"""The one place that picks a tokenizer class from file names: loading a tokenizer,
+listing its files, finding it in a run folder. Each class says its own files
+(data/tokenizer.py's `Tokenizer` protocol); this module only asks them, in order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformer_mt.data.marian_tokenizer import MarianTokenizer
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.tokenizer import Tokenizer
+
+# In this order a run folder is searched: a trained tokenizer.model, then an imported vocab.json.
+TOKENIZERS: tuple[type[Tokenizer], ...] = (SentencePieceTokenizer, MarianTokenizer)
+
+
+def tokenizer_class(path: str | Path) -> type[Tokenizer]:
+    """The class of the tokenizer named by `path`: the one whose file_name it has (vocab.json
+    is an imported Marian vocabulary), else a sentencepiece model of any name."""
+    name = Path(path).name
+    return next((kind for kind in TOKENIZERS if kind.file_name == name), SentencePieceTokenizer)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer stored at `path`: a sentencepiece tokenizer.model, or the vocab.json
+    of an imported Marian (OPUS-MT) vocabulary, with its source.spm and target.spm beside it."""
+    path = Path(path)
+    return tokenizer_class(path).from_file(path)
+
+
+def tokenizer_files(path: str | Path) -> list[Path]:
+    """Every file of the tokenizer stored at `path` (see `load_tokenizer`), `path` first."""
+    path = Path(path)
+    return tokenizer_class(path).files(path)
+
+
+def encoding_files(path: str | Path) -> list[Path]:
+    """The files the ids of the tokenizer stored at `path` depend on, `path` first."""
+    path = Path(path)
+    return tokenizer_class(path).encoding_files(path)
+
+
+def find_tokenizer(folder: Path) -> Path:
+    """The file that names the tokenizer of `folder`: the first of TOKENIZERS whose file
+    is there; tokenizer.model (where one is trained) when none is there yet."""
+    for kind in TOKENIZERS:
+        if (folder / kind.file_name).is_file():
+            return folder / kind.file_name
+    return folder / SentencePieceTokenizer.file_name
