@@ -31,6 +31,7 @@ from transformer_mt.decoding.trace import Trace, trace_beam_search
 from transformer_mt.device import autocast, resolve_device, resolve_precision
 from transformer_mt.errors import UserError
 from transformer_mt.model.masks import padding_mask
+from transformer_mt.model.recording import AttentionRecorder, record_attention
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.quantize import check_dtype, int8_device, int8_precision, is_int8, prepare_model
 from transformer_mt.runs import RunDir, load_run_model
@@ -278,7 +279,7 @@ class Translator:
         """The beam search of one sentence step by step (decoding/trace.py), after the
         forced target subwords `prefix` (pieces, as `Hypothesis.tokens` gives them).
         Without a prefix it ends with the translation `search` gives with `settings`.
-        Not thread-safe: it switches the shared model's stored attention."""
+        Not thread-safe: it hooks the shared model's cross-attention."""
         settings = settings if settings is not None else self.defaults
         src_ids = self._encode([sentence])[0]
         if not src_ids:
@@ -301,12 +302,12 @@ class Translator:
     def attention(self, sentence: str, hypothesis: Hypothesis | None = None,
                   settings: DecodeConfig | None = None) -> AttentionMaps:
         """Attention weights of one sentence and a translation of it: the output is
-        teacher-forced through the model once with every MultiHeadAttention storing its
-        weights. The output is `hypothesis` when given (one already found, for example
-        by a batched search: its very ids, not a re-tokenisation of its text), else the
-        best hypothesis of `settings` (default: the translator's defaults).
-        Not thread-safe: it switches the shared model's `store_attention`."""
-        with self._forced_pass(sentence, hypothesis, settings) as maps:
+        teacher-forced through the model once with every MultiHeadAttention recorded
+        (model/recording.py). The output is `hypothesis` when given (one already found,
+        for example by a batched search: its very ids, not a re-tokenisation of its text),
+        else the best hypothesis of `settings` (default: the translator's defaults).
+        Not thread-safe: it hooks the shared model's attention modules."""
+        with self._forced_pass(sentence, hypothesis, settings) as (maps, _):
             return maps
 
     def explain(self, sentence: str, hypothesis: Hypothesis, kind: str, layer: int, head: int,
@@ -314,11 +315,11 @@ class Translator:
         """Equation 1 for one query of one head, with the numbers of this sentence:
         q.k_j for every key j, divided by sqrt(d_k), the mask, and the softmax of the row
         (which equals the weights `attention` shows). layer, head, query count from 0."""
-        with self._forced_pass(sentence, hypothesis, None) as maps:
+        with self._forced_pass(sentence, hypothesis, None) as (maps, recorded):
             maps.check_layer_head(layer + 1, head + 1)
             stack = self.model.encoder.layers if kind == "encoder" else self.model.decoder.layers
             module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn
-            q, k, mask = module.attn_inputs
+            q, k, mask = recorded.inputs(module)
             rows, columns, _, _ = maps.labels(kind)
             if not 0 <= query < q.size(2):
                 raise UserError(f"query must be between 0 and {q.size(2) - 1}, got {query}")
@@ -332,9 +333,10 @@ class Translator:
 
     @contextmanager
     def _forced_pass(self, sentence: str, hypothesis: Hypothesis | None,
-                     settings: DecodeConfig | None) -> Iterator[AttentionMaps]:
-        """Run the teacher-forced pass of `attention`; inside the block the modules still
-        hold what they stored (weights and the q, k, mask of equation 1)."""
+                     settings: DecodeConfig | None) -> Iterator[tuple[AttentionMaps, AttentionRecorder]]:
+        """Run the teacher-forced pass of `attention` with every attention module recorded;
+        inside the block the recorder still holds what it saw (weights and the q, k, mask
+        of equation 1)."""
         src_ids = self._encode([sentence])[0]
         if not src_ids:
             raise UserError("the sentence to show attention for is empty")
@@ -344,19 +346,16 @@ class Translator:
         output = hypothesis.ids[: self.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])
         src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
         tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=self.device)
-        self.model.set_store_attention(True)
-        try:
+        with record_attention(self.model) as recorded:
             with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
                 self.model(src, tgt_in, padding_mask(src, PAD_ID))
-            layers = {"encoder": self.model.encoder.layers, "decoder": self.model.decoder.layers}
-            encoder = _stored_attention([layer.self_attn for layer in layers["encoder"]])
-            decoder = _stored_attention([layer.self_attn for layer in layers["decoder"]])
-            cross = _stored_attention([layer.src_attn for layer in layers["decoder"]])
+            encoder, decoder = self.model.encoder.layers, self.model.decoder.layers
             pieces = self.tokenizer.id_to_piece
-            yield AttentionMaps(pieces(src[0].tolist()), pieces(tgt_in[0].tolist()), pieces(output),
-                                hypothesis.text, encoder, decoder, cross)
-        finally:
-            self.model.set_store_attention(False)
+            maps = AttentionMaps(pieces(src[0].tolist()), pieces(tgt_in[0].tolist()), pieces(output),
+                                 hypothesis.text, recorded.stacked([layer.self_attn for layer in encoder]),
+                                 recorded.stacked([layer.self_attn for layer in decoder]),
+                                 recorded.stacked([layer.src_attn for layer in decoder]))
+            yield maps, recorded
 
     def hypothesis_of(self, pieces: list[str]) -> Hypothesis:
         """The output given as subword pieces (as `Hypothesis.tokens`, optionally ending
@@ -366,7 +365,3 @@ class Translator:
         ids = [self._piece_id(piece) for piece in (pieces[:-1] if finished else pieces)]
         return self._hypothesis(ids, 0.0, finished)
 
-
-def _stored_attention(modules: list[torch.nn.Module]) -> torch.Tensor:
-    """The stored (1, H, Tq, Tk) weights of each layer's module -> (L, H, Tq, Tk) float32 on cpu."""
-    return torch.stack([module.attn[0].float().cpu() for module in modules])

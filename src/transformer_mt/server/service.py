@@ -1,7 +1,7 @@
 """The work behind the web API: one Translator shared by every request.
 
 Requests run in a thread pool; a lock makes each translation (and the attention pass,
-which switches the model's `store_attention` flag) run alone on the model. Decoding
+which hooks the model's attention modules while it records them) run alone on the model. Decoding
 settings are arguments of each `Translator.search` call, never state on the shared
 translator, so concurrent requests cannot see each other's beam.
 
