@@ -21,7 +21,8 @@ from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
 from transformer_mt.data.tokenizer import EOS_ID, SPECIAL_IDS
 from transformer_mt.decoding.trace import Trace
-from transformer_mt.translator import ATTENTION_KINDS, AttentionMaps, Hypothesis, Translator, check_line, has_text
+from transformer_mt.inspection import ATTENTION_KINDS, AttentionMaps
+from transformer_mt.translator import Hypothesis, Translator, check_line, has_text
 
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
 MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests
