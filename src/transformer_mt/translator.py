@@ -15,30 +15,28 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
+from transformer_mt import inspection
 from transformer_mt.config import ConfigError, DecodeConfig, replace
 from transformer_mt.data.batching import pad_sequences
-from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode, max_lengths
-from transformer_mt.decoding.trace import Trace, trace_beam_search
+from transformer_mt.decoding.trace import Trace
 from transformer_mt.device import autocast, resolve_device, resolve_precision
 from transformer_mt.errors import UserError
-from transformer_mt.model.masks import padding_mask
+from transformer_mt.inspection import AttentionMaps
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.quantize import check_dtype, int8_device, int8_precision, is_int8, prepare_model
 from transformer_mt.runs import RunDir, load_run_model
 
 log = logging.getLogger("transformer_mt")
-
-ATTENTION_KINDS = ("encoder", "decoder", "cross")
 
 
 @dataclass(frozen=True)
@@ -59,53 +57,6 @@ class Hypothesis:
 
 
 EMPTY = Hypothesis("", [], [], 0.0)
-
-
-@dataclass(frozen=True)
-class AttentionMaps:
-    """Attention of one sentence pair. S = source subwords + eos, T = output subwords
-    (+ eos when the translation finished).
-
-    encoder (L, H, S, S), decoder (L, H, T, T), cross (L, H, T, S), float32 on the CPU;
-    rows are queries and sum to 1. The decoder query at position t reads `target_in[t]`
-    and produces `target[t]`."""
-
-    source: list[str]
-    target_in: list[str]
-    target: list[str]
-    translation: str
-    encoder: torch.Tensor
-    decoder: torch.Tensor
-    cross: torch.Tensor
-
-    @property
-    def n_layers(self) -> int:
-        return self.encoder.size(0)
-
-    @property
-    def n_heads(self) -> int:
-        return self.encoder.size(1)
-
-    def weights(self, kind: str) -> torch.Tensor:
-        """(L, H, rows, columns) of `kind`: encoder, decoder or cross."""
-        if kind not in ATTENTION_KINDS:
-            raise UserError(f"attention kind must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
-        return getattr(self, kind)
-
-    def labels(self, kind: str) -> tuple[list[str], list[str], str, str]:
-        """(row labels, column labels, row axis name, column axis name) of `kind`."""
-        if kind == "encoder":
-            return self.source, self.source, "source subword (query)", "source subword (key)"
-        if kind == "decoder":
-            return self.target_in, self.target_in, "decoder input (query)", "decoder input (key)"
-        return self.target, self.source, "producing target subword", "source subword"
-
-    def check_layer_head(self, layer: int, head: int) -> None:
-        """UserError unless 1 <= layer <= L and 1 <= head <= H."""
-        if not 1 <= layer <= self.n_layers:
-            raise UserError(f"--layer must be between 1 and {self.n_layers}, got {layer}")
-        if not 1 <= head <= self.n_heads:
-            raise UserError(f"--head must be between 1 and {self.n_heads}, got {head}")
 
 
 def decode_settings(defaults: DecodeConfig, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
@@ -273,101 +224,33 @@ class Translator:
     def _hypothesis(self, ids: list[int], score: float, finished: bool) -> Hypothesis:
         return Hypothesis(self.tokenizer.decode([ids])[0], self.tokenizer.id_to_piece(ids), ids, score, finished)
 
-    # ---- step by step ------------------------------------------------------------------
+    # ---- inspection (inspection.py) ------------------------------------------------------
     def steps(self, sentence: str, settings: DecodeConfig | None = None, top_k: int = 5,
               prefix: list[str] | None = None) -> Trace:
         """The beam search of one sentence step by step (decoding/trace.py), after the
         forced target subwords `prefix` (pieces, as `Hypothesis.tokens` gives them).
         Without a prefix it ends with the translation `search` gives with `settings`.
-        Not thread-safe: it switches the shared model's stored attention."""
-        settings = settings if settings is not None else self.defaults
-        src_ids = self._encode([sentence])[0]
-        if not src_ids:
-            raise UserError("the sentence to decode is empty")
-        forced = [self._piece_id(piece) for piece in prefix or []]
-        limit = int(self._output_limits(torch.tensor([len(src_ids) + 1]), settings))
-        src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
-        with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
-            return trace_beam_search(self.model, src, settings.beam, limit, BOS_ID, EOS_ID, PAD_ID,
-                                     settings.length_penalty, top_k, forced, banned=NEVER_EMITTED)
+        Not thread-safe: it hooks the shared model's cross-attention."""
+        return inspection.steps(self, sentence, settings, top_k, prefix)
 
-    def _piece_id(self, piece: str) -> int:
-        """The id of a target subword a user forces; unknown pieces and specials are refused."""
-        found = self.tokenizer.piece_to_id(piece)
-        if found in SPECIAL_IDS or (found == UNK_ID and piece != self.tokenizer.id_to_piece([UNK_ID])[0]):
-            raise UserError(f"prefix token {piece!r} is not a subword of this model's vocabulary")
-        return found
-
-    # ---- attention ---------------------------------------------------------------------
     def attention(self, sentence: str, hypothesis: Hypothesis | None = None,
                   settings: DecodeConfig | None = None) -> AttentionMaps:
         """Attention weights of one sentence and a translation of it: the output is
-        teacher-forced through the model once with every MultiHeadAttention storing its
-        weights. The output is `hypothesis` when given (one already found, for example
-        by a batched search: its very ids, not a re-tokenisation of its text), else the
-        best hypothesis of `settings` (default: the translator's defaults).
-        Not thread-safe: it switches the shared model's `store_attention`."""
-        with self._forced_pass(sentence, hypothesis, settings) as maps:
-            return maps
+        teacher-forced through the model once with every MultiHeadAttention recorded
+        (model/recording.py). The output is `hypothesis` when given (one already found,
+        for example by a batched search: its very ids, not a re-tokenisation of its text),
+        else the best hypothesis of `settings` (default: the translator's defaults).
+        Not thread-safe: it hooks the shared model's attention modules."""
+        return inspection.attention(self, sentence, hypothesis, settings)
 
     def explain(self, sentence: str, hypothesis: Hypothesis, kind: str, layer: int, head: int,
                 query: int) -> dict[str, Any]:
         """Equation 1 for one query of one head, with the numbers of this sentence:
         q.k_j for every key j, divided by sqrt(d_k), the mask, and the softmax of the row
         (which equals the weights `attention` shows). layer, head, query count from 0."""
-        with self._forced_pass(sentence, hypothesis, None) as maps:
-            maps.check_layer_head(layer + 1, head + 1)
-            stack = self.model.encoder.layers if kind == "encoder" else self.model.decoder.layers
-            module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn
-            q, k, mask = module.attn_inputs
-            rows, columns, _, _ = maps.labels(kind)
-            if not 0 <= query < q.size(2):
-                raise UserError(f"query must be between 0 and {q.size(2) - 1}, got {query}")
-            dot = (k[0, head].float() @ q[0, head, query].float()).cpu()  # (Tk,)
-            scaled = dot / module.d_k**0.5
-            allowed = (torch.ones_like(dot, dtype=torch.bool) if mask is None
-                       else mask.expand(1, module.n_heads, q.size(2), k.size(2))[0, head, query].cpu())
-            weights = scaled.masked_fill(~allowed, float("-inf")).softmax(-1)
-        return {"d_k": module.d_k, "sqrt_d_k": module.d_k**0.5, "query_token": rows[query], "key_tokens": columns,
-                "dot": dot.tolist(), "scaled": scaled.tolist(), "mask": allowed.tolist(), "weights": weights.tolist()}
-
-    @contextmanager
-    def _forced_pass(self, sentence: str, hypothesis: Hypothesis | None,
-                     settings: DecodeConfig | None) -> Iterator[AttentionMaps]:
-        """Run the teacher-forced pass of `attention`; inside the block the modules still
-        hold what they stored (weights and the q, k, mask of equation 1)."""
-        src_ids = self._encode([sentence])[0]
-        if not src_ids:
-            raise UserError("the sentence to show attention for is empty")
-        settings = settings if settings is not None else self.defaults
-        if hypothesis is None:
-            hypothesis = self.search([sentence], settings)[0][0]
-        output = hypothesis.ids[: self.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])
-        src = torch.tensor([src_ids + [EOS_ID]], device=self.device)
-        tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=self.device)
-        self.model.set_store_attention(True)
-        try:
-            with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
-                self.model(src, tgt_in, padding_mask(src, PAD_ID))
-            layers = {"encoder": self.model.encoder.layers, "decoder": self.model.decoder.layers}
-            encoder = _stored_attention([layer.self_attn for layer in layers["encoder"]])
-            decoder = _stored_attention([layer.self_attn for layer in layers["decoder"]])
-            cross = _stored_attention([layer.src_attn for layer in layers["decoder"]])
-            pieces = self.tokenizer.id_to_piece
-            yield AttentionMaps(pieces(src[0].tolist()), pieces(tgt_in[0].tolist()), pieces(output),
-                                hypothesis.text, encoder, decoder, cross)
-        finally:
-            self.model.set_store_attention(False)
+        return inspection.explain(self, sentence, hypothesis, kind, layer, head, query)
 
     def hypothesis_of(self, pieces: list[str]) -> Hypothesis:
         """The output given as subword pieces (as `Hypothesis.tokens`, optionally ending
         with </s>), for showing its attention."""
-        eos = self.tokenizer.id_to_piece([EOS_ID])[0]
-        finished = bool(pieces) and pieces[-1] == eos
-        ids = [self._piece_id(piece) for piece in (pieces[:-1] if finished else pieces)]
-        return self._hypothesis(ids, 0.0, finished)
-
-
-def _stored_attention(modules: list[torch.nn.Module]) -> torch.Tensor:
-    """The stored (1, H, Tq, Tk) weights of each layer's module -> (L, H, Tq, Tk) float32 on cpu."""
-    return torch.stack([module.attn[0].float().cpu() for module in modules])
+        return inspection.hypothesis_of(self, pieces)

@@ -154,8 +154,8 @@ def test_concurrent_requests_share_one_model(service: TranslationService, transl
             answers = list(pool.map(ask, range(24)))
     assert all(status == 200 for status, _ in answers)
     assert all(translations == expected for _, translations in answers)
-    assert all(module.store_attention is False for module in translator.model.modules()
-               if hasattr(module, "store_attention"))
+    assert all(module.records_weights is False for module in translator.model.modules()
+               if hasattr(module, "records_weights"))
 
 
 def test_waiting_requests_are_translated_in_one_batch(service: TranslationService, translator: Translator) -> None:

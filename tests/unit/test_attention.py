@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 from transformer_mt.model.attention import MultiHeadAttention, attention
+from transformer_mt.model.cache import KeyValueCache
 from transformer_mt.model.masks import padding_mask, subsequent_mask
+from transformer_mt.model.recording import ablate_heads, record_attention
 
 D_MODEL, HEADS = 16, 4
 
@@ -81,22 +83,23 @@ def test_sdpa_path_equals_explicit_path(kind: str) -> None:
     if kind == "cross":
         kwargs = {"memory": memory, "mask": padding_mask(torch.tensor([[3] * 8, [3] * 5 + [0] * 3]), 0)}
     fast = ours(x, **kwargs)
-    ours.store_attention = True
-    explicit = ours(x, **kwargs)
+    with record_attention(ours) as recorded:
+        explicit = ours(x, **kwargs)
+    attn = recorded.weights(ours)
     torch.testing.assert_close(fast, explicit, atol=1e-6, rtol=1e-5)
-    assert ours.attn is not None
-    torch.testing.assert_close(ours.attn.sum(-1), torch.ones_like(ours.attn.sum(-1)))
+    assert attn is not None
+    torch.testing.assert_close(attn.sum(-1), torch.ones_like(attn.sum(-1)))
     if "causal" in kind:
-        assert ours.attn.triu(diagonal=1).abs().max() == 0
+        assert attn.triu(diagonal=1).abs().max() == 0
     if kind == "padding":
-        assert ours.attn[1, :, :, 4:].abs().max() == 0
+        assert attn[1, :, :, 4:].abs().max() == 0
 
 
 def test_cached_self_attention_equals_full_pass() -> None:
     ours, _ = make_pair(4)
     x = torch.randn(2, 5, D_MODEL)
     full = ours(x, is_causal=True)
-    cache: dict = {}
+    cache = KeyValueCache()
     steps = [ours(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-6, rtol=1e-5)
 
@@ -107,19 +110,18 @@ def test_heads_must_divide_d_model() -> None:
 
 
 def test_a_head_mask_silences_exactly_that_head() -> None:
-    """head_mask (H,) multiplies each head's output before W^O: with head 1 of 4 kept,
-    the output is W^O applied to that head's attention output alone (others zero)."""
+    """ablate_heads multiplies each silenced head's output by 0 before W^O: with head 1 of
+    4 kept, the output is W^O applied to that head's attention output alone (others zero)."""
     torch.manual_seed(0)
     module = MultiHeadAttention(d_model=16, n_heads=4).eval()
     x = torch.randn(2, 5, 16)
-    module.head_mask = torch.tensor([0.0, 1.0, 0.0, 0.0])
-    with torch.no_grad():
+    with torch.no_grad(), ablate_heads(module, [0, 2, 3]):
         got = module(x)
+    with torch.no_grad():
         q, k, v = (t.view(2, 5, 4, 4).transpose(1, 2) for t in module.in_proj(x).chunk(3, dim=-1))
         heads = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1) @ v  # (B, H, T, d_k)
         heads[:, [0, 2, 3]] = 0.0
         expected = module.out_proj(heads.transpose(1, 2).reshape(2, 5, 16))
     torch.testing.assert_close(got, expected)
-    module.head_mask = None
     with torch.no_grad():
         assert not torch.allclose(module(x), expected)

@@ -15,6 +15,7 @@ from transformer_mt.config import ModelConfig
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.device import has_fast_bf16
+from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
 
@@ -42,8 +43,8 @@ class FixedLogProbs:
         """Scores before the softmax: here already log-probabilities, (B, V) from one-hot states."""
         return self.table[states.argmax(dim=-1)]
 
-    def init_cache(self) -> list:
-        return []
+    def init_cache(self) -> DecoderCache:
+        return DecoderCache(n_layers=0)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return torch.zeros(src.size(0), src.size(1), 1)

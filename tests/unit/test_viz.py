@@ -16,6 +16,7 @@ from transformer_mt.cli import main
 from transformer_mt.data.specials import PAD_ID
 from transformer_mt.errors import UserError
 from transformer_mt.model.masks import padding_mask
+from transformer_mt.model.recording import record_attention
 from transformer_mt.translator import Translator
 from transformer_mt.viz import (
     DPI,
@@ -193,14 +194,11 @@ def test_padded_keys_get_zero_weight(translator: Translator) -> None:
     width = max(len(s) for s in ids) + 1
     src = torch.tensor([s + [3] + [PAD_ID] * (width - len(s) - 1) for s in ids])
     tgt = torch.tensor([[2, 5, 6], [2, 7, PAD_ID]])
-    model.set_store_attention(True)
-    try:
+    with record_attention(model) as recorded:
         with torch.inference_mode():
             model(src, tgt, padding_mask(src, PAD_ID))
-        stored = [layer.self_attn.attn for layer in model.encoder.layers]
-        stored += [layer.src_attn.attn for layer in model.decoder.layers]
-    finally:
-        model.set_store_attention(False)
+        stored = [recorded.weights(layer.self_attn) for layer in model.encoder.layers]
+        stored += [recorded.weights(layer.src_attn) for layer in model.decoder.layers]
     pad = src == PAD_ID  # (B, S)
     assert pad.any()
     for weights in stored:  # (B, H, Tq, S)

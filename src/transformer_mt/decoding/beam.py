@@ -24,10 +24,11 @@ the self-attention caches move.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from transformer_mt.model.decoder import DecoderCache, reorder_cache
-from transformer_mt.model.masks import padding_mask
+from transformer_mt.decoding.source import EncodedSource, encode_source
 from transformer_mt.model.transformer import EncoderDecoder
 
 
@@ -36,15 +37,20 @@ def gnmt_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def reorder_self_attention(cache: DecoderCache, rows: torch.Tensor) -> None:
-    """Keep rows `rows` of every self-attention cache, in place. Cross-attention caches
-    stay: `rows` never leaves a sentence's block of k rows, whose encoder keys and values
-    are the same."""
-    for layer in cache:
-        part = layer.get("self")
-        if part:
-            for key, tensor in part.items():
-                part[key] = tensor.index_select(0, rows)
+@dataclass
+class BeamStep:
+    """What one step of `BeamState.step` did, per active sentence (A): its best 2k
+    candidates, best first, with their summed log-probs top_scores (A, 2k), the hypothesis
+    each extends origin (A, 2k) (index in the sentence's k), the token it adds (A, 2k),
+    whether it joined the finished pool finishing (A, 2k); keep (A, k), the candidates that
+    stay open; rows (A * k,), the decoder rows those continue from (for the caches)."""
+
+    top_scores: torch.Tensor
+    origin: torch.Tensor
+    token: torch.Tensor
+    finishing: torch.Tensor
+    keep: torch.Tensor
+    rows: torch.Tensor
 
 
 class BeamState:
@@ -68,12 +74,12 @@ class BeamState:
         self.first_row = torch.arange(batch, device=device)[:, None] * beam  # (A, 1) row of hypothesis 0
 
     def step(self, logits: torch.Tensor, length: int, eos_id: int, alpha: float, ban_eos: bool,
-             banned: tuple[int, ...] = ()) -> torch.Tensor:
+             banned: tuple[int, ...] = ()) -> BeamStep:
         """Extend every open hypothesis by one token (`length` = tokens emitted after
         this step), move those ending with eos (or at the length limit) to the pool.
         `logits` (A * k, V) float32 are the generator's scores before the softmax;
         `banned` tokens are never chosen (after the normalisation over all V).
-        Returns the rows (A * k,) of the hypotheses that continue, for the caches."""
+        Returns what the step did: its candidates and the rows that continue."""
         active, k = self.scores.size(0), self.beam
         # log P(token | prefix) = logit - logsumexp(logits): normalise only the candidates
         normalizer = logits.logsumexp(dim=1, keepdim=True)
@@ -94,11 +100,10 @@ class BeamState:
             self._finish(top_scores, origin, token, finishing, length, alpha)
         # the k best candidates that did not emit eos stay open (at most k emitted eos)
         keep = (is_eos.long() * 2 * k + self.rank).argsort(dim=1)[:, :k]
-        self.last_step = (top_scores, origin, token, finishing, keep)  # for step-by-step traces
         self.scores = top_scores.gather(1, keep)
         rows = (origin.gather(1, keep) + self.first_row).view(-1)
         self.tokens = torch.cat([self.tokens.index_select(0, rows), token.gather(1, keep).view(-1, 1)], dim=1)
-        return rows
+        return BeamStep(top_scores, origin, token, finishing, keep, rows)
 
     def _finish(
         self, top_scores: torch.Tensor, origin: torch.Tensor, token: torch.Tensor,
@@ -138,13 +143,9 @@ class BeamState:
         return rows
 
 
-def _next_logits(
-    model: EncoderDecoder, memory: torch.Tensor, src_mask: torch.Tensor, tokens: torch.Tensor,
-    cache: DecoderCache | None,
-) -> torch.Tensor:
+def _next_logits(source: EncodedSource, tokens: torch.Tensor) -> torch.Tensor:
     """Generator scores (rows, V), float32, for the position after `tokens` (rows, T)."""
-    states = model.decode(memory, src_mask, tokens, cache=cache)
-    return model.generator.logits(states[:, -1]).float()
+    return source.model.generator.logits(source.decode(tokens)[:, -1]).float()
 
 
 @torch.inference_mode()
@@ -183,24 +184,22 @@ def beam_search(
     limits = torch.as_tensor(max_len, device=device).expand(batch) + 1  # + eos
     alpha = length_penalty
     search = BeamState(batch, beam, limits.clone(), bos_id, pad_id, device)
-    src_mask = padding_mask(src, pad_id)
-    memory = model.encode(src, src_mask)
-    cache = model.decoder.init_cache() if use_cache else None
+    source = encode_source(model, src, pad_id, use_cache)
     out_tokens = torch.full((batch, nbest, int(limits.max())), pad_id, dtype=torch.long, device=device)
     out_scores = torch.zeros(batch, nbest, device=device)
     for length in range(1, int(limits.max()) + 1):
         if length == 1:  # all hypotheses of a sentence start from bos: decode it once, then copy
-            logits = _next_logits(model, memory, src_mask, search.tokens[::beam], cache)
+            logits = _next_logits(source, search.tokens[::beam])
             if beam > 1:  # (B, ...) -> (B * k, ...): row b * k + j is hypothesis j of sentence b
                 expand = torch.arange(batch, device=device).repeat_interleave(beam)
-                memory, src_mask, logits = (t.index_select(0, expand) for t in (memory, src_mask, logits))
-                cache = reorder_cache(cache, expand) if cache is not None else None
+                source.select(expand)
+                logits = logits.index_select(0, expand)
         else:
             step_input = search.tokens[:, -1:] if use_cache else search.tokens
-            logits = _next_logits(model, memory, src_mask, step_input, cache)
-        rows = search.step(logits, length, eos_id, alpha, ban_eos=length <= min_len, banned=banned)
-        if cache is not None and beam > 1:
-            reorder_self_attention(cache, rows)
+            logits = _next_logits(source, step_input)
+        step = search.step(logits, length, eos_id, alpha, ban_eos=length <= min_len, banned=banned)
+        if source.cache is not None and beam > 1:
+            source.cache.reorder(step.rows)
         done = search.done(length, alpha)
         if done.any():
             finished = search.active[done]
@@ -208,10 +207,7 @@ def beam_search(
             out_scores[finished] = search.finished_scores[done, :nbest]
             if done.all():
                 break
-            kept = search.keep(~done)
-            memory, src_mask = memory.index_select(0, kept), src_mask.index_select(0, kept)
-            if cache is not None:
-                cache = reorder_cache(cache, kept)
+            source.select(search.keep(~done))
     used = out_tokens.ne(pad_id).flatten(0, 1).any(dim=0).nonzero()
     width = int(used.max()) + 1 if used.numel() else 0
     return out_tokens[:, :, :width], out_scores

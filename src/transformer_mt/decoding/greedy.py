@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_mt.model.masks import padding_mask
+from transformer_mt.decoding.source import encode_source
 from transformer_mt.model.transformer import EncoderDecoder
 
 
@@ -37,15 +37,13 @@ def greedy_decode(
     output, are set to -inf: Hugging Face's rule for pad)."""
     batch = src.size(0)
     limits = torch.as_tensor(max_len, device=src.device).expand(batch) + 1  # + eos
-    src_mask = padding_mask(src, pad_id)
-    memory = model.encode(src, src_mask)
-    cache = model.decoder.init_cache() if use_cache else None
+    source = encode_source(model, src, pad_id, use_cache)
     ys = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
     scores = torch.zeros(batch, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     for step in range(int(limits.max())):
         step_input = ys[:, -1:] if use_cache else ys
-        states = model.decode(memory, src_mask, step_input, cache=cache)
+        states = source.decode(step_input)
         log_probs = model.generator(states[:, -1])
         if banned:
             log_probs[:, list(banned)] = float("-inf")

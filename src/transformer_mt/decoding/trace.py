@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer_mt.decoding.beam import BeamState, gnmt_penalty, reorder_self_attention
-from transformer_mt.model.decoder import DecoderCache, reorder_cache
-from transformer_mt.model.masks import padding_mask
+from transformer_mt.decoding.beam import BeamState, BeamStep, gnmt_penalty
+from transformer_mt.decoding.source import EncodedSource, encode_source
+from transformer_mt.model.recording import AttentionRecorder, record_attention
 from transformer_mt.model.transformer import EncoderDecoder
 
 KEPT, FINISHED, PRUNED = "kept", "finished", "pruned"
@@ -59,13 +59,13 @@ class Trace:
     score: float
 
 
-def _next_token(model: EncoderDecoder, memory: torch.Tensor, src_mask: torch.Tensor, tokens: torch.Tensor,
-                cache: DecoderCache) -> tuple[torch.Tensor, torch.Tensor]:
+def _next_token(source: EncodedSource, tokens: torch.Tensor,
+                recorded: AttentionRecorder) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits (rows, V) float32 of the position after `tokens`' last one, and the
-    cross-attention (L, H, S) of row 0's query, read from the stored weights."""
-    states = model.decode(memory, src_mask, tokens, cache=cache)
-    logits = model.generator.logits(states[:, -1]).float()
-    cross = torch.stack([layer.src_attn.attn[0, :, -1].float().cpu() for layer in model.decoder.layers])
+    cross-attention (L, H, S) of row 0's query, read from the recorded weights."""
+    model = source.model
+    logits = model.generator.logits(source.decode(tokens)[:, -1]).float()
+    cross = torch.stack([recorded.weights(layer.src_attn)[0, :, -1].float().cpu() for layer in model.decoder.layers])
     return logits, cross
 
 
@@ -79,12 +79,12 @@ def _top(logits: torch.Tensor, top_k: int, banned: tuple[int, ...] = ()) -> tupl
     return ids.tolist(), probs.tolist(), log_probs
 
 
-def _beam_step(search: BeamState, parents: list[list[int]], length: int, alpha: float,
+def _beam_step(step: BeamStep, parents: list[list[int]], length: int, alpha: float,
                log_probs: torch.Tensor) -> tuple[list[Candidate], int, float, int]:
-    """The candidates of the step `search` just took (sentence 0), best first, and the
-    best one's token, probability given its parent, and parent index."""
-    top_scores, origin, token, finishing, keep = (t[0] for t in search.last_step)
-    kept = set(keep.tolist())
+    """The candidates of `step` (sentence 0), best first, and the best one's token,
+    probability given its parent, and parent index."""
+    top_scores, origin, token, finishing = step.top_scores[0], step.origin[0], step.token[0], step.finishing[0]
+    kept = set(step.keep[0].tolist())
     candidates = []
     for rank, (score, parent, tok, done) in enumerate(zip(top_scores.tolist(), origin.tolist(), token.tolist(),
                                                          finishing.tolist())):
@@ -106,15 +106,10 @@ def trace_beam_search(
     `max_len` as in `beam_search` (outputs hold at most max_len + 1 tokens with eos; a
     longer forced prefix raises it); `banned` as in `beam_search`."""
     prefix = prefix or []
-    src_mask = padding_mask(src, pad_id)
-    memory = model.encode(src, src_mask)
-    cache = model.decoder.init_cache()
+    source = encode_source(model, src, pad_id)
     tokens, steps, logprob = torch.tensor([[bos_id]], device=src.device), [], 0.0
-    layers = [layer.src_attn for layer in model.decoder.layers]
-    for module in layers:
-        module.store_attention = True
-    try:
-        logits, cross = _next_token(model, memory, src_mask, tokens, cache)
+    with record_attention(*(layer.src_attn for layer in model.decoder.layers)) as recorded:
+        logits, cross = _next_token(source, tokens, recorded)
         for forced in prefix:  # one hypothesis: the forced tokens, then the search
             top_ids, top_probs, log_probs = _top(logits[0], top_k, banned)
             logprob += float(log_probs[forced])
@@ -122,26 +117,23 @@ def trace_beam_search(
             steps.append(Step(True, top_ids, top_probs, forced, float(log_probs[forced].exp()), 0, cross,
                               [Candidate(emitted, logprob, KEPT, 0)]))
             tokens = torch.cat([tokens, tokens.new_tensor([[forced]])], dim=1)
-            logits, cross = _next_token(model, memory, src_mask, tokens[:, -1:], cache)
+            logits, cross = _next_token(source, tokens[:, -1:], recorded)
         limit = max(max_len, len(prefix)) + 1  # + eos
         search = BeamState(1, beam, torch.tensor([limit], device=src.device), bos_id, pad_id, src.device)
         search.tokens, search.scores[0, 0] = tokens.repeat(beam, 1), logprob
         expand = torch.zeros(beam, dtype=torch.long, device=src.device)  # the one row -> k rows
-        memory, src_mask, logits = (t.index_select(0, expand) for t in (memory, src_mask, logits))
-        cache = reorder_cache(cache, expand)
+        source.select(expand)
+        logits = logits.index_select(0, expand)
         for length in range(len(prefix) + 1, limit + 1):
             top_ids, top_probs, _ = _top(logits[0], top_k, banned)
             parents = search.tokens[:, 1:].tolist()
             log_probs = logits.log_softmax(dim=-1)
-            rows = search.step(logits, length, eos_id, length_penalty, ban_eos=False, banned=banned)
-            candidates, chosen, prob, parent = _beam_step(search, parents, length, length_penalty, log_probs)
+            step = search.step(logits, length, eos_id, length_penalty, ban_eos=False, banned=banned)
+            candidates, chosen, prob, parent = _beam_step(step, parents, length, length_penalty, log_probs)
             steps.append(Step(False, top_ids, top_probs, chosen, prob, parent, cross, candidates))
             if bool(search.done(length, length_penalty)[0]):
                 break
-            reorder_self_attention(cache, rows)
-            logits, cross = _next_token(model, memory, src_mask, search.tokens[:, -1:], cache)
-    finally:
-        for module in layers:
-            module.store_attention, module.attn = False, None
+            source.cache.reorder(step.rows)
+            logits, cross = _next_token(source, search.tokens[:, -1:], recorded)
     best = search.finished_tokens[0, 0]
     return Trace(steps, best[best.ne(pad_id)].tolist(), float(search.finished_scores[0, 0]))

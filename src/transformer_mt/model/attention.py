@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
+from transformer_mt.model.cache import KeyValueCache
 from transformer_mt.model.dropout import Dropout
 from transformer_mt.model.masks import subsequent_mask
 
-# Per-module incremental state for cached decoding: {"k": (B, H, T, d_k), "v": (B, H, T, d_k)}.
-AttentionCache = dict[str, torch.Tensor]
+# Sees (module, weights (B, H, Tq, Tk), q (B, H, Tq, d_k), k (B, H, Tk, d_k), mask) of each call.
+WeightsHook = Callable[["MultiHeadAttention", torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], None]
+# Takes (module, per-head outputs (B, H, Tq, d_k)) and returns the outputs W^O is applied to.
+HeadsHook = Callable[["MultiHeadAttention", torch.Tensor], torch.Tensor]
 
 
 def attention(
@@ -57,8 +63,9 @@ class MultiHeadAttention(nn.Module):
     from the encoder output ("memory").
 
     Two paths give the same output: `F.scaled_dot_product_attention` (fast, fused kernels)
-    and the explicit `attention` above, used when `store_attention` is set so that the
-    weights of the last call are kept in `self.attn` for plotting.
+    and the explicit `attention` above, taken while a weights hook is registered (the
+    hook sees the weights, for plots: model/recording.py) and in CPU training. A heads
+    hook may change the per-head outputs before W^O (head ablation).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
@@ -74,10 +81,8 @@ class MultiHeadAttention(nn.Module):
         self.q_proj: nn.Linear | None = None
         self.kv_proj: nn.Linear | None = None
         self.dropout = Dropout(dropout)
-        self.store_attention = False
-        self.attn: torch.Tensor | None = None
-        self.attn_inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
-        self.head_mask: torch.Tensor | None = None  # (H,) multiplies each head's output: 0 silences it
+        self._weights_hooks: dict[int, WeightsHook] = OrderedDict()
+        self._heads_hooks: dict[int, HeadsHook] = OrderedDict()
 
     def reset_parameters(self) -> None:
         """Xavier-uniform for each of W^Q, W^K, W^V and W^O as separate d x d matrices."""
@@ -93,25 +98,22 @@ class MultiHeadAttention(nn.Module):
         return x.view(batch, length, self.n_heads, self.d_k).transpose(1, 2)
 
     def _project(
-        self, query: torch.Tensor, memory: torch.Tensor | None, cache: AttentionCache | None
+        self, query: torch.Tensor, memory: torch.Tensor | None, cache: KeyValueCache | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V as (B, H, T, d_k); reuses and extends `cache` when decoding step by step."""
         if memory is None:  # self-attention: Q, K, V from the same sequence
             q, k, v = self.in_proj(query).chunk(3, dim=-1)
             q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
             if cache is not None:
-                if "k" in cache:
-                    k = torch.cat([cache["k"], k], dim=2)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
+                k, v = cache.extend(k, v)
             return q, k, v
         q = self._split_heads(self._cross_query(query))
-        if cache is not None and "k" in cache:  # encoder keys/values: once per sentence
-            return q, cache["k"], cache["v"]
+        if cache is not None and cache.filled:  # encoder keys/values: once per sentence
+            return q, cache.keys, cache.values
         k, v = self._cross_key_value(memory).chunk(2, dim=-1)
         k, v = self._split_heads(k), self._split_heads(v)
         if cache is not None:
-            cache["k"], cache["v"] = k, v
+            cache.store(k, v)
         return q, k, v
 
     def _cross_query(self, x: torch.Tensor) -> torch.Tensor:
@@ -136,40 +138,81 @@ class MultiHeadAttention(nn.Module):
         self.kv_proj = _linear_of(weight[d:], bias[d:])
         self.in_proj = None
 
+    # ---- inspection: hooks registered by model/recording.py ----------------------------
+    def register_weights_hook(self, hook: WeightsHook) -> RemovableHandle:
+        """Call `hook` with the attention weights of every forward call (which then takes the
+        explicit path) until the returned handle is removed."""
+        handle = RemovableHandle(self._weights_hooks)
+        self._weights_hooks[handle.id] = hook
+        return handle
+
+    def register_heads_hook(self, hook: HeadsHook) -> RemovableHandle:
+        """Let `hook` replace the per-head outputs before W^O until the handle is removed."""
+        handle = RemovableHandle(self._heads_hooks)
+        self._heads_hooks[handle.id] = hook
+        return handle
+
+    @property
+    def records_weights(self) -> bool:
+        """Whether a weights hook is registered (the module then takes the explicit path)."""
+        return bool(self._weights_hooks)
+
+    # ---- the forward pass ------------------------------------------------------------
     def forward(
         self,
         query: torch.Tensor,
         memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
-        cache: AttentionCache | None = None,
+        cache: KeyValueCache | None = None,
     ) -> torch.Tensor:
         """query (B, Tq, d_model); memory (B, Tk, d_model) for cross-attention, None for
         self-attention; mask broadcastable to (B, H, Tq, Tk), True = may attend;
         `is_causal` adds the subsequent mask. Returns (B, Tq, d_model)."""
         q, k, v = self._project(query, memory, cache)
-        if is_causal and q.size(2) == 1:
-            is_causal = False  # one query, the newest position: every key is in its past
-        # The written-out path keeps the weights for plots and, in CPU training, drops them
-        # out with the cheap mask of `Dropout` (SDPA's CPU dropout draws one bernoulli each).
-        explicit = self.store_attention or (self.training and self.dropout.p > 0 and q.device.type == "cpu")
-        if is_causal and (mask is not None or k.size(2) != q.size(2) or explicit):
-            past = k.size(2) - q.size(2)  # keys already in the cache precede the queries
-            causal = subsequent_mask(k.size(2), q.device)[..., past:, :]
-            mask = causal if mask is None else mask & causal
-            is_causal = False
+        explicit = self._takes_explicit_path(q)
+        mask, is_causal = self._causal_mask(q, k, mask, is_causal, explicit)
         if explicit:
-            x, weights = attention(q, k, v, mask, self.dropout if self.training else None)
-            if self.store_attention:
-                self.attn = weights
-                self.attn_inputs = (q, k, mask)  # what equation 1 was computed from, for explanations
+            heads = self._explicit_attention(q, k, v, mask)
         else:
-            x = F.scaled_dot_product_attention(
+            heads = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=is_causal,
                 dropout_p=self.dropout.p if self.training else 0.0,
             )
-        if self.head_mask is not None:  # head ablation (Michel et al. 2019)
-            x = x * self.head_mask.to(x.dtype).view(1, -1, 1, 1)
+        for hook in self._heads_hooks.values():
+            heads = hook(self, heads)
+        return self.out_proj(self._merge_heads(heads))
+
+    def _takes_explicit_path(self, q: torch.Tensor) -> bool:
+        """The written-out path gives the weights to weights hooks and, in CPU training, drops
+        them out with the cheap mask of `Dropout` (SDPA's CPU dropout draws one bernoulli each)."""
+        return self.records_weights or (self.training and self.dropout.p > 0 and q.device.type == "cpu")
+
+    def _causal_mask(
+        self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool, explicit: bool
+    ) -> tuple[torch.Tensor | None, bool]:
+        """(mask, is_causal) for the attention call. SDPA's own `is_causal` serves only a
+        square problem without mask; otherwise the subsequent mask is folded into `mask`,
+        shifted past the keys already in the cache (which precede the queries)."""
+        if not is_causal or q.size(2) == 1:  # one query, the newest position: every key is in its past
+            return mask, False
+        if mask is None and k.size(2) == q.size(2) and not explicit:
+            return None, True
+        past = k.size(2) - q.size(2)
+        causal = subsequent_mask(k.size(2), q.device)[..., past:, :]
+        return (causal if mask is None else mask & causal), False
+
+    def _explicit_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Equation 1 written out (B, H, Tq, d_k); the weights hooks see its weights and the
+        q, k and mask they were computed from."""
+        x, weights = attention(q, k, v, mask, self.dropout if self.training else None)
+        for hook in self._weights_hooks.values():
+            hook(self, weights, q, k, mask)
+        return x
+
+    def _merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         # (B, H, Tq, d_k) -> (B, Tq, d_model)
-        x = x.transpose(1, 2).reshape(query.size(0), query.size(1), self.d_model)
-        return self.out_proj(x)
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.d_model)

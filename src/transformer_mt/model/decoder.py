@@ -1,16 +1,14 @@
 """The decoder: a stack of N identical layers with a third, cross-attention sub-layer
-(section 3.1), and the incremental state that makes step-by-step decoding cheap."""
+(section 3.1). Its incremental state for step-by-step decoding is a `DecoderCache`."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from transformer_mt.model.attention import AttentionCache, MultiHeadAttention
+from transformer_mt.model.attention import MultiHeadAttention
+from transformer_mt.model.cache import DecoderCache, LayerCache
 from transformer_mt.model.layers import PositionwiseFeedForward, SublayerConnection
-
-# One entry per layer: {"self": AttentionCache, "cross": AttentionCache}.
-DecoderCache = list[dict[str, AttentionCache]]
 
 
 class DecoderLayer(nn.Module):
@@ -30,11 +28,11 @@ class DecoderLayer(nn.Module):
         memory: torch.Tensor,
         src_mask: torch.Tensor | None,
         tgt_mask: torch.Tensor | None,
-        cache: dict[str, AttentionCache] | None = None,
+        cache: LayerCache | None = None,
     ) -> torch.Tensor:
         self_cache = cross_cache = None
         if cache is not None:
-            self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
+            self_cache, cross_cache = cache.self_attn, cache.cross_attn
         x = self.sublayer[0](
             x, lambda y: self.self_attn(y, mask=tgt_mask, is_causal=True, cache=self_cache)
         )
@@ -54,7 +52,7 @@ class Decoder(nn.Module):
 
     def init_cache(self) -> DecoderCache:
         """An empty incremental state: filled by `forward(..., cache=...)` one step at a time."""
-        return [{} for _ in self.layers]
+        return DecoderCache(len(self.layers))
 
     def forward(
         self,
@@ -70,17 +68,3 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache[i])
         return self.norm(x)
-
-
-def cache_length(cache: DecoderCache) -> int:
-    """How many target positions the cache already holds."""
-    first = cache[0].get("self", {}) if cache else {}
-    return first["k"].size(2) if "k" in first else 0
-
-
-def reorder_cache(cache: DecoderCache, index: torch.Tensor) -> DecoderCache:
-    """Select rows of every cached tensor (beam search keeps the hypotheses it extends)."""
-    return [
-        {name: {key: t.index_select(0, index) for key, t in part.items()} for name, part in layer.items()}
-        for layer in cache
-    ]

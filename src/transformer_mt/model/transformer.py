@@ -8,7 +8,8 @@ from torch import nn
 
 from transformer_mt.config import ModelConfig
 from transformer_mt.model.attention import MultiHeadAttention
-from transformer_mt.model.decoder import Decoder, DecoderCache, cache_length
+from transformer_mt.model.cache import DecoderCache
+from transformer_mt.model.decoder import Decoder
 from transformer_mt.model.embeddings import Embeddings, PositionalEncoding
 from transformer_mt.model.encoder import Encoder
 
@@ -78,7 +79,7 @@ class EncoderDecoder(nn.Module):
 
         With `cache`, `tgt` holds only the newest position(s); keys and values of the
         earlier ones come from the cache, so each step costs one position, not all."""
-        offset = cache_length(cache) if cache is not None else 0
+        offset = cache.length() if cache is not None else 0
         x = self.positional(self.tgt_embed(tgt), offset=offset)
         return self.decoder(x, memory, src_mask, tgt_mask, cache)
 
@@ -92,13 +93,6 @@ class EncoderDecoder(nn.Module):
         """Teacher-forced pass: decoder states (B, T, d_model) for every target position.
         Apply `generator` (log-probs) or `generator.logits` (for the loss) on top."""
         return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
-
-    def set_store_attention(self, on: bool) -> None:
-        """Keep every attention module's weights after each call (for plots)."""
-        for module in self.modules():
-            if isinstance(module, MultiHeadAttention):
-                module.store_attention = on
-                module.attn = module.attn_inputs = None
 
 
 def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:

@@ -1,7 +1,7 @@
 """The work behind the web API: one Translator shared by every request.
 
 Requests run in a thread pool; a lock makes each translation (and the attention pass,
-which switches the model's `store_attention` flag) run alone on the model. Decoding
+which hooks the model's attention modules while it records them) run alone on the model. Decoding
 settings are arguments of each `Translator.search` call, never state on the shared
 translator, so concurrent requests cannot see each other's beam.
 
@@ -21,7 +21,8 @@ from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
 from transformer_mt.data.specials import EOS_ID, SPECIAL_IDS
 from transformer_mt.decoding.trace import Trace
-from transformer_mt.translator import ATTENTION_KINDS, AttentionMaps, Hypothesis, Translator, check_line, has_text
+from transformer_mt.inspection import ATTENTION_KINDS, AttentionMaps
+from transformer_mt.translator import Hypothesis, Translator, check_line, has_text
 
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
 MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests

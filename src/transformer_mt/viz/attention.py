@@ -1,9 +1,9 @@
 """Where every head looks: figures of the attention weights of one sentence.
 
 `attention_maps` asks the Translator, which translates the sentence, then runs one
-teacher-forced pass with `store_attention` on, so every MultiHeadAttention keeps its
-weights: encoder self-attention, decoder self-attention and cross-attention for every
-layer and head. Rows are queries, columns are keys, and every row sums to 1.
+teacher-forced pass with every MultiHeadAttention recorded (model/recording.py):
+encoder self-attention, decoder self-attention and cross-attention for every layer and
+head. Rows are queries, columns are keys, and every row sums to 1.
 
 Layers and heads are numbered from 1 in figures, the CLI and the web page."""
 
@@ -13,7 +13,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_mt.translator import AttentionMaps, Translator
+from transformer_mt.inspection import AttentionMaps
+from transformer_mt.translator import Translator
 from transformer_mt.viz.figure import new_figure
 
 TITLES = {

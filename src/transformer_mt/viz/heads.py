@@ -18,9 +18,11 @@ from matplotlib.figure import Figure
 from transformer_mt.data.corpus import read_parallel
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.evaluation import score
+from transformer_mt.inspection import ATTENTION_KINDS
 from transformer_mt.model.masks import padding_mask
+from transformer_mt.model.recording import ablate_heads, record_attention
 from transformer_mt.runs import RunDir
-from transformer_mt.translator import ATTENTION_KINDS, Translator
+from transformer_mt.translator import Translator
 from transformer_mt.viz.figure import new_figure
 
 
@@ -56,19 +58,16 @@ def head_entropies(translator: Translator, sources: list[str], references: list[
     rows = {kind: 0 for kind in ATTENTION_KINDS}
     model, tokenizer = translator.model, translator.tokenizer
     longest = translator.max_source
-    model.set_store_attention(True)
-    try:
+    with record_attention(model) as recorded:
         for src_ids, tgt_ids in zip(tokenizer.encode(sources), tokenizer.encode_target(references)):
             src = torch.tensor([src_ids[:longest] + [EOS_ID]], device=translator.device)
             tgt_in = torch.tensor([[BOS_ID] + tgt_ids[:longest]], device=translator.device)
             model(src, tgt_in, padding_mask(src, PAD_ID))
             for kind in ATTENTION_KINDS:
-                weights = torch.stack([m.attn[0].float() for m in _modules(translator, kind)])  # (L, H, Tq, Tk)
-                entropy = -(weights * weights.clamp_min(1e-12).log()).sum(-1)  # (L, H, Tq)
+                weights = torch.stack([recorded.weights(m)[0].float() for m in _modules(translator, kind)])
+                entropy = -(weights * weights.clamp_min(1e-12).log()).sum(-1)  # (L, H, Tq) of (L, H, Tq, Tk)
                 totals[kind] = totals[kind] + entropy.sum(-1).cpu().numpy()
                 rows[kind] += weights.size(2)
-    finally:
-        model.set_store_attention(False)
     return {kind: totals[kind] / max(rows[kind], 1) for kind in ATTENTION_KINDS}
 
 
@@ -84,12 +83,9 @@ def head_ablation(
         change = np.zeros((len(modules), modules[0].n_heads))
         for layer, module in enumerate(modules):
             for head in range(module.n_heads):
-                module.head_mask = torch.ones(module.n_heads).index_fill_(0, torch.tensor([head]), 0.0)
-                try:
+                with ablate_heads(module, [head]):
                     bleu = score(translator.translate(sources), references, tokenize=tokenize).bleu
-                    change[layer, head] = bleu - baseline
-                finally:
-                    module.head_mask = None
+                change[layer, head] = bleu - baseline
         changes[kind] = change
     return baseline, changes
 
