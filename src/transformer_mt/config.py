@@ -25,7 +25,7 @@ CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs
 PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
-SCHEDULES = ("paper", "constant")  # learning-rate schedules: training/schedule.py
+SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
 log = logging.getLogger("transformer_mt")
@@ -154,6 +154,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     max_steps: int = 100000
     max_seconds: float = 0.0
+    budget_minutes: float = 0.0
     accumulate: int = 1
     clip_norm: float = 0.0
     precision: str = "auto"
@@ -180,6 +181,7 @@ class TrainConfig:
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing", "must be in [0, 1)")
         _require(self.max_steps >= 1, "train.max_steps", "must be at least 1")
         _require(self.max_seconds >= 0, "train.max_seconds", "must be >= 0 (0 = no time limit)")
+        _require(self.budget_minutes >= 0, "train.budget_minutes", "must be >= 0 (0 = no budget: train max_steps)")
         _require(self.accumulate >= 1, "train.accumulate", "must be at least 1")
         _require(self.clip_norm >= 0, "train.clip_norm", "must be >= 0 (0 = no clipping)")
         _require(self.precision in PRECISIONS, "train.precision", "must be 'auto', 'bf16' or 'fp32'")

@@ -2,6 +2,7 @@
 design.md). Training writes a run, translation, the server and the plots read it.
 
     runs/NAME/config.yaml            the resolved config
+    runs/NAME/plan.json              a budgeted run's plan (training/budget.py)
     runs/NAME/tokenizer.model        sentencepiece model (+ .vocab); an imported Marian run has
                                      vocab.json, source.spm and target.spm instead
     runs/NAME/checkpoints/step_N.pt  full training state
@@ -70,6 +71,10 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
 
     @property
     def snapshots(self) -> Path:

@@ -3,6 +3,7 @@ here trains, validates, selects, checkpoints, resumes and averages through it un
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from torch import nn
 
 from transformer_mt.config import Config, TrainConfig
 from transformer_mt.runs import RunDir, list_checkpoints, list_snapshots, load_checkpoint
-from transformer_mt.training.hooks import Averaging
+from transformer_mt.training.hooks import Averaging, PreferAverage
 from transformer_mt.training.task import Selection
 from transformer_mt.training.trainer import Trainer, seed_everything
 
@@ -183,3 +184,23 @@ def test_training_with_average_last_writes_the_average_the_command_rewrites(tmp_
     assert main(["average", str(run), "--last", "2"]) == 0
     again = load_file(run / "average.safetensors")
     assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+
+
+@pytest.mark.parametrize("best_so_far,average_wins", [(-1.0, True), (2.0, False)])
+def test_the_average_becomes_the_default_model_only_if_it_wins(tmp_path: Path, best_so_far: float,
+                                                             average_wins: bool) -> None:
+    """PreferAverage validates average.safetensors at the end: against a best checkpoint it
+    beats (accuracy -1) it becomes best.safetensors; against one it cannot beat (2), not."""
+    run = tmp_path / "run"
+
+    class Unbeaten(PreferAverage):
+        def at_end(self, trainer: Trainer) -> None:
+            trainer.state.best = best_so_far
+            super().at_end(trainer)
+
+    train(run, 12, hooks=[Averaging(RunDir(run), last=2, every=4), Unbeaten(RunDir(run))])
+    best, average = load_file(run / "best.safetensors"), load_file(run / "average.safetensors")
+    same = all(torch.equal(best[k], average[k]) for k in average)
+    assert same == average_wins
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "average" and events[-1]["best"] == average_wins

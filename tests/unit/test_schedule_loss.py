@@ -181,3 +181,18 @@ def test_never_emitted_outputs_leave_the_smoothing_and_get_no_gradient() -> None
     torch.testing.assert_close(logits.grad[:, kept], reference.grad)
     assert logits.grad[:, 2].abs().max() == 0
     assert torch.isfinite(loss)
+
+
+def test_linear_decay_warms_up_like_the_paper_then_anneals_to_almost_zero() -> None:
+    """train.schedule: linear: the paper's warmup line up to its peak at warmup_steps, then a
+    straight line that would reach 0 one step after max_steps."""
+    cfg = TrainConfig(schedule="linear", warmup_steps=10, lr_scale=0.5, max_steps=110)
+    schedule = make_schedule(cfg, 64)
+    peak = 0.5 / math.sqrt(64 * 10)
+    for step in (1, 5, 10):
+        assert schedule.lr_at(Progress(step)) == pytest.approx(paper_rate(step, 64, 10, 0.5), rel=1e-12)
+    assert schedule.lr_at(Progress(10)) == pytest.approx(peak, rel=1e-12)
+    assert schedule.lr_at(Progress(60)) == pytest.approx(peak * 51 / 101, rel=1e-12)  # (111 - 60) / (111 - 10)
+    assert schedule.lr_at(Progress(110)) == pytest.approx(peak / 101, rel=1e-12)  # the last step: small, not 0
+    rates = [schedule.lr_at(Progress(s)) for s in range(10, 111)]
+    assert all(a > b for a, b in zip(rates, rates[1:]))

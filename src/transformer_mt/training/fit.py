@@ -23,7 +23,8 @@ from transformer_mt.data.vocabulary import load_or_train_tokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
-from transformer_mt.training.hooks import Averaging, Hook
+from transformer_mt.training.budget import planned_config
+from transformer_mt.training.hooks import Averaging, Hook, PreferAverage
 from transformer_mt.training.trainer import Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
 
@@ -79,11 +80,12 @@ def make_task(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool 
 
 
 def make_hooks(cfg: Config, run: RunDir) -> list[Hook]:
-    """The hooks `cfg` asks for: weight averaging when train.average_last > 0."""
+    """The hooks `cfg` asks for: weight averaging when train.average_last > 0, the
+    average then preferred as the default model where it wins on validation."""
     t = cfg.train
     if t.average_last == 0:
         return []
-    return [Averaging(run, t.average_last, t.average_every or t.valid_every)]
+    return [Averaging(run, t.average_last, t.average_every or t.valid_every), PreferAverage(run)]
 
 
 def initialize_from(model: nn.Module, cfg: Config) -> None:
@@ -126,6 +128,8 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
             model = task.build_model()
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
+            if cfg.train.budget_minutes > 0:
+                cfg = planned_config(cfg, run, task, model, device, ctx)
             trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress,
                               hooks=make_hooks(cfg, run))
         if ctx.is_main:

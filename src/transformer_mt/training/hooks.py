@@ -6,7 +6,9 @@ point (after the checkpoint is written), at the end of training, and after a res
 checkpoints, which were written at 10-minute intervals"), done as training goes: it keeps
 model-only snapshots (weights, no optimizer state) every `every` steps, the last `last` of
 them, and at the end averages them into average.safetensors. The `average` command
-averages the same files after the fact (runs.average_checkpoints)."""
+averages the same files after the fact (runs.average_checkpoints). `PreferAverage` then
+makes the average the run's default model (best.safetensors, what translate, evaluate,
+serve and export load) when it beats the best checkpoint on validation."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import copy
 import logging
 from typing import TYPE_CHECKING, Any
 
-from transformer_mt.runs import RunDir, average_weight_files, drop_snapshots_after, list_snapshots, save_snapshot
+from transformer_mt.runs import (
+    RunDir, average_weight_files, drop_snapshots_after, list_snapshots, load_weights, save_snapshot, save_weights,
+)
 
 if TYPE_CHECKING:
     from transformer_mt.training.trainer import Trainer
@@ -70,3 +74,27 @@ class Averaging(Hook):
         average_weight_files(copy.deepcopy(trainer.model), used, self.run.average, self.run.config)
         log.info("averaged the weights of steps %s into %s",
                  ", ".join(p.stem.removeprefix("step_") for p in used), self.run.average)
+
+
+class PreferAverage(Hook):
+    """At the end of training, validate average.safetensors; if it beats the best
+    validated checkpoint on the task's selection metric, it becomes best.safetensors.
+    Logged as an "average" event. Runs after `Averaging` (rank 0 only)."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+
+    def at_end(self, trainer: "Trainer") -> None:
+        if trainer.rank != 0 or not self.run.average.is_file() or trainer.state.best is None:
+            return
+        model = copy.deepcopy(trainer.model)
+        load_weights(model, self.run.average)
+        result = trainer.task.validate(model, trainer.device, trainer.precision)
+        metric, best = trainer.task.selection.metric, trainer.state.best
+        wins = trainer.task.selection.better(result[metric], best)
+        trainer.log({"event": "average", "step": trainer.state.step, **result, "best": wins})
+        if wins:
+            save_weights(model, self.run.best)
+            trainer.state.best = result[metric]
+        log.info("validation %s: average %.4g, best checkpoint %.4g; best.safetensors holds the %s",
+                 metric, result[metric], best, "average" if wins else "checkpoint")

@@ -7,6 +7,8 @@ seconds, continues with exactly the rates of an uninterrupted one.
 
     paper      lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (eq. 3)
     constant   lrate = lr  (plain Adam, as most tutorials train)
+    linear     the paper's warmup to its peak, then a straight line down to (almost) zero
+               at train.max_steps: what a budgeted run (training/budget.py) trains with
 """
 
 from __future__ import annotations
@@ -65,10 +67,34 @@ class ConstantSchedule:
         return self.lr
 
 
+@dataclass(frozen=True)
+class LinearDecaySchedule:
+    """Linear warmup to `peak` over `warmup_steps`, then linear decay that would reach 0
+    at step total_steps + 1, so the last step still learns a little. A run that knows its
+    length anneals fully instead of stopping at a high rate, as the inverse square root
+    does (Li et al. 2020, "Budgeted training": linear decay to zero is the best of the
+    simple schedules when the number of steps is fixed in advance)."""
+
+    peak: float
+    warmup_steps: int
+    total_steps: int
+
+    def lr_at(self, progress: Progress) -> float:
+        step = max(progress.step, 1)
+        if step <= self.warmup_steps:
+            return self.peak * step / self.warmup_steps
+        remaining = max(self.total_steps + 1 - step, 0)
+        return self.peak * remaining / max(self.total_steps + 1 - self.warmup_steps, 1)
+
+
 def make_schedule(cfg: TrainConfig, d_model: int) -> Schedule:
-    """The schedule train.schedule names: `paper` (scaled by train.lr_scale) or `constant` (train.lr)."""
+    """The schedule train.schedule names: `paper` (scaled by train.lr_scale), `constant`
+    (train.lr), or `linear` (to the paper's peak at warmup_steps, then down to ~0 at max_steps)."""
     if cfg.schedule == "constant":
         return ConstantSchedule(cfg.lr)
+    if cfg.schedule == "linear":
+        peak = rate(cfg.warmup_steps, d_model, cfg.warmup_steps, cfg.lr_scale)
+        return LinearDecaySchedule(peak, cfg.warmup_steps, cfg.max_steps)
     return PaperSchedule(d_model, cfg.warmup_steps, cfg.lr_scale)
 
 

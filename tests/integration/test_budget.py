@@ -1,0 +1,83 @@
+"""train.budget_minutes: a plan fixed before the first step, recorded, resumed exactly;
+budgets that cannot fit the warmup refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from transformer_mt.cli import main
+from transformer_mt.errors import UserError
+from transformer_mt.runs import list_checkpoints, load_checkpoint
+from transformer_mt.training import fit
+from transformer_mt.training.budget import Plan, make_plan
+
+
+def test_a_plan_by_hand() -> None:
+    """600 s, 0.1 s a step, 5 s a validation point: 10% of 600 s allows 12 validations, capped
+    at 10; 11 validations (the last for the average) leave 545 s = 5450 steps."""
+    plan = make_plan(600.0, 0.1, 5.0, warmup_steps=100)
+    assert plan.total_steps == 5450
+    assert plan.valid_every == 545
+    assert (plan.average_last, plan.average_every) == (5, 109)  # 5 snapshots over the last 10%: 545 steps
+
+
+@pytest.mark.parametrize("per_step,per_validation", [(0.02, 0.5), (0.05, 2.0), (0.3, 40.0), (1.0, 7.0)])
+def test_machines_of_different_speed_each_get_a_plan_that_fits(per_step: float, per_validation: float) -> None:
+    budget = 1800.0
+    plan = make_plan(budget, per_step, per_validation, warmup_steps=200)
+    validations = -(-plan.total_steps // plan.valid_every)  # validation points the run will make
+    spent = plan.total_steps * per_step + (validations + 1) * per_validation
+    assert spent <= budget
+    assert spent > budget - per_step - per_validation - 0.1 * budget  # and it uses the budget
+    assert validations * per_validation <= max(0.1 * budget, per_validation)
+
+
+def test_a_budget_that_cannot_fit_the_warmup_is_refused() -> None:
+    """30 s: one validation point (10 s) and the final one leave 10 s, 50 steps. The
+    advice, 15 minutes, is enough: 9 validation points and the final one leave 800 s = 4000 steps."""
+    with pytest.raises(UserError, match=r"train.budget_minutes=0.5: fits 50 steps .* fewer than "
+                                        r"train.warmup_steps=4000; give at least 15.0 minutes"):
+        make_plan(30.0, 0.2, 10.0, warmup_steps=4000)
+    assert make_plan(15 * 60.0, 0.2, 10.0, warmup_steps=4000).total_steps >= 4000
+
+
+def test_the_cli_refuses_a_tiny_budget_in_one_line_before_training(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    code = main(["-q", "train", "tiny", "--run", str(run), "--no-progress", "--data.task_size=200",
+                 "--train.budget_minutes=0.001"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "train.budget_minutes=0.001: fits" in err, err
+    assert not run.exists()  # nothing half-made
+
+
+def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(tmp_path: Path) -> None:
+    straight = tmp_path / "straight"
+    cfg = tiny_config(train__budget_minutes=0.25, train__warmup_steps=5, data__task_size=300, model__dropout=0.1)
+    fit(cfg, straight, progress=False)
+    plan = Plan(**json.loads((straight / "plan.json").read_text()))
+    last = list_checkpoints(straight / "checkpoints")[-1]
+    assert last.name == f"step_{plan.total_steps}.pt"
+    lrs = [e["lr"] for e in map(json.loads, (straight / "metrics.jsonl").read_text().splitlines())
+           if e["event"] == "train"]
+    assert lrs[-1] < 0.05 * max(lrs)  # annealed by the end
+    assert (straight / "average.safetensors").is_file()
+
+    stopped = tmp_path / "stopped"
+    shutil.copytree(straight, stopped)
+    kept = list_checkpoints(stopped / "checkpoints")
+    if len(kept) < 2:
+        pytest.skip("the plan made a single validation point on this (slow) machine: nothing to resume from")
+    for path in kept[1:]:
+        path.unlink()
+    (stopped / "average.safetensors").unlink()
+    fit(None, stopped, progress=False)
+    assert json.loads((stopped / "plan.json").read_text()) == json.loads((straight / "plan.json").read_text())
+    a, b = load_checkpoint(last)["model"], load_checkpoint(stopped / "checkpoints" / last.name)["model"]
+    assert all(torch.equal(a[key], b[key]) for key in a)
