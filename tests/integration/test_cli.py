@@ -86,3 +86,22 @@ def test_only_batch_commands_set_the_training_allocator(tiny_run: Path, tmp_path
     assert main(["translate", str(tiny_run), "-i", str(tiny_run / "data" / "test.src"),
                  "-o", str(tmp_path / "out.txt")]) == 0
     assert calls == ["set"]
+
+
+def test_average_of_more_checkpoints_than_the_run_keeps_says_so(tmp_path: Path) -> None:
+    """`average --last 20` on a run that keeps 2 averages those 2 and says so in one warning line."""
+    from transformer_mt.training import fit
+    from conftest import tiny_config
+
+    run = tmp_path / "run"
+    fit(tiny_config(train__max_steps=6, train__valid_every=2, train__keep_last=2, data__task_size=100), run,
+        progress=False)
+    kept = len(list((run / "checkpoints").glob("step_*.pt")))
+    assert kept == 2
+    result = cli("average", str(run), "--last", "20")
+    assert result.returncode == 0 and (run / "average.safetensors").is_file()
+    warnings = [line for line in result.stderr.splitlines() if "asked for" in line]
+    assert len(warnings) == 1 and f"the {kept} checkpoints" in warnings[0] and "last 20" in warnings[0]
+    assert "train.keep_last" in warnings[0]
+    exact = cli("average", str(run), "--last", str(kept))
+    assert exact.returncode == 0 and "asked for" not in exact.stderr
