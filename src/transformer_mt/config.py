@@ -65,6 +65,7 @@ def parse_yaml(text: str, name: str) -> Any:
 
 
 NOT_A_SHAPE = {"shape": False}  # field metadata: a model setting that the weights' shapes do not depend on
+SAME_AS_DROPOUT = -1.0  # model.attention_dropout / model.activation_dropout: use model.dropout
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class ModelConfig:
     d_ff: int = 2048
     n_heads: int = 8
     dropout: float = field(default=0.1, metadata=NOT_A_SHAPE)
+    attention_dropout: float = field(default=SAME_AS_DROPOUT, metadata=NOT_A_SHAPE)
+    activation_dropout: float = field(default=SAME_AS_DROPOUT, metadata=NOT_A_SHAPE)
     norm_first: bool = True
     tie_embeddings: bool = True
     share_vocab: bool = True
@@ -96,6 +99,10 @@ class ModelConfig:
             f"must be divisible by model.n_heads ({self.d_model} % {self.n_heads} != 0)",
         )
         _require(0.0 <= self.dropout < 1.0, "model.dropout", "must be in [0, 1)")
+        for key in ("attention_dropout", "activation_dropout"):
+            value = getattr(self, key)
+            _require(value == SAME_AS_DROPOUT or 0.0 <= value < 1.0, f"model.{key}",
+                     f"must be in [0, 1), or {SAME_AS_DROPOUT:g} for the same as model.dropout")
         _require(self.max_positions >= 2, "model.max_positions", "must be at least 2")
         _require(self.src_vocab_size >= 0, "model.src_vocab_size", "must be >= 0 (0 = from the tokenizer)")
         _require(self.tgt_vocab_size >= 0, "model.tgt_vocab_size", "must be >= 0 (0 = from the tokenizer)")
@@ -103,10 +110,21 @@ class ModelConfig:
         _require(self.positional_layout in POSITIONAL_LAYOUTS, "model.positional_layout",
                  f"must be one of {', '.join(POSITIONAL_LAYOUTS)}")
 
+    @property
+    def attention_p(self) -> float:
+        """The dropout on attention weights: attention_dropout, or dropout when it is -1."""
+        return self.dropout if self.attention_dropout == SAME_AS_DROPOUT else self.attention_dropout
+
+    @property
+    def activation_p(self) -> float:
+        """The dropout between W_1 and W_2 of the feed-forward network: activation_dropout,
+        or dropout when it is -1."""
+        return self.dropout if self.activation_dropout == SAME_AS_DROPOUT else self.activation_dropout
+
     @classmethod
     def shape_keys(cls) -> tuple[str, ...]:
         """The settings that must match to load another model's weights: every field but
-        those marked NOT_A_SHAPE (dropout)."""
+        those marked NOT_A_SHAPE (the dropouts)."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("shape", True))
 
 

@@ -67,12 +67,15 @@ class AttentionMaps:
             return self.target_in, self.target_in, "decoder input (query)", "decoder input (key)"
         return self.target, self.source, "producing target subword", "source subword"
 
-    def check_layer_head(self, layer: int, head: int) -> None:
-        """UserError unless 1 <= layer <= L and 1 <= head <= H."""
-        if not 1 <= layer <= self.n_layers:
-            raise UserError(f"--layer must be between 1 and {self.n_layers}, got {layer}")
-        if not 1 <= head <= self.n_heads:
-            raise UserError(f"--head must be between 1 and {self.n_heads}, got {head}")
+    def check_layer_head(self, layer: int, head: int, first: int = 1,
+                         names: tuple[str, str] = ("--layer", "--head")) -> None:
+        """UserError unless layer and head name one of this model's, counted from `first`:
+        1 for the command line's --layer and --head, 0 for the Python and web APIs' `layer`
+        and `head`. The message names the option or field (`names`) and its range."""
+        for name, value, count in ((names[0], layer, self.n_layers), (names[1], head, self.n_heads)):
+            if not first <= value < first + count:
+                counted = " (counted from 0)" if first == 0 else ""
+                raise UserError(f"{name} must be between {first} and {first + count - 1}{counted}, got {value}")
 
 
 # ---- step by step ----------------------------------------------------------------------
@@ -126,7 +129,7 @@ def explain(translator: Translator, sentence: str, hypothesis: Hypothesis, kind:
     q.k_j for every key j, divided by sqrt(d_k), the mask, and the softmax of the row
     (which equals the weights `attention` shows). layer, head, query count from 0."""
     with _forced_pass(translator, sentence, hypothesis, None) as (maps, recorded):
-        maps.check_layer_head(layer + 1, head + 1)
+        maps.check_layer_head(layer, head, first=0, names=("layer", "head"))
         model = translator.model
         stack = model.encoder.layers if kind == "encoder" else model.decoder.layers
         module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn

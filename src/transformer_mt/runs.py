@@ -315,10 +315,17 @@ def average_weight_files(model: torch.nn.Module, paths: list[Path], out: Path, c
 def average_checkpoints(run: RunDir, last: int) -> list[Path]:
     """Average the model weights of the run's last `last` snapshots (kept when trained
     with train.average_last), or else of its last `last` step checkpoints, into
-    average.safetensors; returns the files used."""
-    found = list_snapshots(run.snapshots)[-last:] or list_checkpoints(run.checkpoints)[-last:]
+    average.safetensors; returns the files used. When the run keeps fewer than `last`,
+    it averages those it has and says so in one warning line (a silent shortfall would
+    pass for the average asked for)."""
+    snapshots = list_snapshots(run.snapshots)
+    found = snapshots[-last:] or list_checkpoints(run.checkpoints)[-last:]
     if not found:
         raise UserError(f"{run.checkpoints}: no step_N.pt checkpoints to average")
+    if len(found) < last:
+        key = "train.average_last" if snapshots else "train.keep_last"
+        log.warning("averaging the %d checkpoints the run keeps, not the last %d asked for: raise %s "
+                    "before training to keep more", len(found), last, key)
     average_weight_files(build_model(run.read_config().model), found, run.average, run.config)
     return found
 

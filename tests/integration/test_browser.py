@@ -246,3 +246,18 @@ def test_step_through_and_force_a_candidate(browser, page_url: str, translator: 
     wait.until(lambda d: not d.find_element(By.ID, "steps-prefix").is_displayed())
     assert translation.text == free["translation"]
     assert_clean(browser, page_url)
+
+
+def test_the_page_opens_with_the_runs_example_translated(browser, tiny_run: Path, translator: Translator) -> None:
+    from transformer_mt.server.service import example_sentence
+
+    example = example_sentence(tiny_run, Limits().max_chars)
+    assert example, "the tiny run has validation text"
+    expected = translator.translate([example])[0]
+    with BackgroundServer(create_app(TranslationService(translator, "tiny", Limits(), example))) as url:
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output .translation"))  # nothing clicked
+        assert browser.find_element(By.ID, "source").get_attribute("value") == example
+        assert browser.find_element(By.CSS_SELECTOR, "#output .translation").text == expected
+        assert not browser.find_element(By.ID, "error").is_displayed()

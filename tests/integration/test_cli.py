@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from transformer_mt.cli import main
+from transformer_mt.cli import build_parser, main
 
 
 def cli(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -69,6 +70,13 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert result.stdout.count("    ref ") == 5
     translated = cli("translate", str(out), stdin="seven\n")
     assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
+    lines = result.stdout.strip().splitlines()
+    commands = [shlex.split(line, comments=True) for line in lines[lines.index("next:") + 1:-1]]
+    assert [words[1:] for words in commands] == [["translate", str(out)], ["serve", str(out)]]
+    assert all(words[0] == "transformer-mt" for words in commands)  # started with python -m
+    for words in commands:  # both are commands the CLI takes, on this run
+        parsed = build_parser().parse_args(words[1:])
+        assert Path(parsed.run) == out
 
 
 def test_only_batch_commands_set_the_training_allocator(tiny_run: Path, tmp_path: Path, monkeypatch) -> None:
@@ -86,3 +94,37 @@ def test_only_batch_commands_set_the_training_allocator(tiny_run: Path, tmp_path
     assert main(["translate", str(tiny_run), "-i", str(tiny_run / "data" / "test.src"),
                  "-o", str(tmp_path / "out.txt")]) == 0
     assert calls == ["set"]
+
+
+def test_average_of_more_checkpoints_than_the_run_keeps_says_so(tmp_path: Path) -> None:
+    """`average --last 20` on a run that keeps 2 averages those 2 and says so in one warning line."""
+    from transformer_mt.training import fit
+    from conftest import tiny_config
+
+    run = tmp_path / "run"
+    fit(tiny_config(train__max_steps=6, train__valid_every=2, train__keep_last=2, data__task_size=100), run,
+        progress=False)
+    kept = len(list((run / "checkpoints").glob("step_*.pt")))
+    assert kept == 2
+    result = cli("average", str(run), "--last", "20")
+    assert result.returncode == 0 and (run / "average.safetensors").is_file()
+    warnings = [line for line in result.stderr.splitlines() if "asked for" in line]
+    assert len(warnings) == 1 and f"the {kept} checkpoints" in warnings[0] and "last 20" in warnings[0]
+    assert "train.keep_last" in warnings[0]
+    exact = cli("average", str(run), "--last", str(kept))
+    assert exact.returncode == 0 and "asked for" not in exact.stderr
+
+
+def test_demo_names_the_script_it_was_started_as_when_it_is_not_on_the_path(monkeypatch, tmp_path: Path) -> None:
+    """Under `make demo` the virtual environment is not activated: the commands the demo
+    prints must be runnable as printed."""
+    import transformer_mt.demo as demo
+
+    script = tmp_path / ".venv" / "bin" / "transformer-mt"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    monkeypatch.setattr(sys, "argv", [str(script), "demo"])
+    monkeypatch.setattr(demo.shutil, "which", lambda name: None)
+    assert demo.program_name() == str(script)
+    monkeypatch.setattr(demo.shutil, "which", lambda name: str(script))
+    assert demo.program_name() == "transformer-mt"

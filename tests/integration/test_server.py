@@ -252,3 +252,38 @@ def test_nbest_above_a_given_beam_is_refused_as_by_the_cli(client: TestClient) -
     assert response.status_code == 422 and "nbest (3) cannot exceed beam (2)" in response.json()["error"]
     widened = post(client, {"text": "w1 w2", "nbest": 3}).json()  # no beam: the default widened
     assert widened["beam"] == 3 and len(widened["results"][0]["nbest"]) == 3
+
+
+def first_line_with_text(path: Path, max_chars: int = 10_000) -> str:
+    return next(line.strip() for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and len(line.strip()) <= max_chars)
+
+
+def test_the_page_opens_on_the_runs_first_validation_sentence(tiny_run: Path, translator: Translator) -> None:
+    from transformer_mt.server.service import example_sentence
+
+    example = example_sentence(tiny_run, 200)
+    assert example == first_line_with_text(tiny_run / "data" / "valid.src")
+    client = TestClient(create_app(TranslationService(translator, "tiny", Limits(), example)))
+    assert client.get("/api/health").json()["example"] == example
+    script = client.get("/static/app.js").text
+    assert "info.example" in script
+
+
+def test_the_example_comes_from_the_configs_files_and_fits_the_limit(tmp_path: Path) -> None:
+    from transformer_mt.config import config_yaml, load_config
+    from transformer_mt.server.service import example_sentence
+
+    valid = tmp_path / "valid.en"
+    valid.write_text("\n   \nthis line is rather long for the limit\nshort one\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = load_config("small", [f"--data.train_src={valid}", f"--data.train_tgt={valid}",
+                                f"--data.valid_src={valid}", f"--data.valid_tgt={valid}"])
+    (run / "config.yaml").write_text(config_yaml(cfg), encoding="utf-8")
+    assert example_sentence(run, 200) == "this line is rather long for the limit"
+    assert example_sentence(run, 10) == "short one"
+    assert example_sentence(run, 5) == ""
+    valid.unlink()
+    assert example_sentence(run, 200) == ""  # the files have moved: no example, no error
+    assert example_sentence(tmp_path / "nowhere", 200) == ""

@@ -122,3 +122,18 @@ def test_explain_refuses_a_layer_or_query_out_of_range(client: TestClient) -> No
     assert client.post("/api/explain", json={**base, "layer": 7}).status_code == 422
     assert client.post("/api/explain", json={**base, "query": 9}).status_code == 422
     assert client.post("/api/explain", json={**base, "kind": "sideways"}).status_code == 422
+
+
+@pytest.mark.parametrize("field", ["layer", "head"])
+@pytest.mark.parametrize("past_the_last", [1, 99])
+def test_explain_names_the_json_field_and_its_range_counted_from_zero(
+        client: TestClient, field: str, past_the_last: int) -> None:
+    health = client.get("/api/health").json()
+    count = health["n_layers"] if field == "layer" else health["n_heads"]
+    value = count - 1 + past_the_last  # from 0, the last one is count - 1
+    base = {"text": "w1 w2", "target_tokens": ["▁w1"], "kind": "cross", "layer": 0, "head": 0, "query": 0}
+    response = client.post("/api/explain", json={**base, field: value})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error.startswith(f"{field} must be between 0 and {count - 1}") and error.endswith(f"got {value}")
+    assert "--" not in error and "\n" not in error

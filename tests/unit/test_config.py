@@ -136,10 +136,10 @@ def test_schedule_and_averaging_keys_are_checked(override: str, message: str) ->
         load_config("tiny", [f"--{override}"])
 
 
-def test_shape_keys_are_the_model_fields_but_dropout() -> None:
+def test_shape_keys_are_the_model_fields_but_the_dropouts() -> None:
     from transformer_mt.config import ModelConfig
 
     keys = ModelConfig.shape_keys()
-    assert "dropout" not in keys
+    assert not {"dropout", "attention_dropout", "activation_dropout"} & set(keys)
     assert {"n_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
             "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout"} == set(keys)

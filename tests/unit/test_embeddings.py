@@ -20,7 +20,9 @@ def test_encoding_matches_the_paper_formula(pos: int, i: int) -> None:
 
 
 def test_dims_zero_and_one_share_a_frequency() -> None:
-    """Position 1, d_model 4: [sin 1, cos 1, sin 0.01, cos 0.01] (not [.8415, .9984, ...])."""
+    """Position 1, d_model 4: [sin 1, cos 1, sin 0.01, cos 0.01]. Dimensions 2i and 2i+1 share
+    a frequency, so PE(1, 1) = cos(1 radian) = 0.5403, not the 0.9984 = cos(1 / 17.78) of
+    study notes that give dimension 1 a frequency of its own."""
     pe = sinusoidal_encoding(2, 4)[1]
     expected = torch.tensor([math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)])
     torch.testing.assert_close(pe, expected)

@@ -66,6 +66,9 @@ class MultiHeadAttention(nn.Module):
     and the explicit `attention` above, taken while a weights hook is registered (the
     hook sees the weights, for plots: model/recording.py) and in CPU training. A heads
     hook may change the per-head outputs before W^O (head ablation).
+
+    `dropout` drops attention weights in training (`model.attention_dropout`, by default
+    `model.dropout`); the paper's section 5.4 names only residual dropout, so 0 follows it.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:

@@ -15,11 +15,16 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, attention over the encoder output, feed-forward."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool = True,
-                 activation: str = "relu") -> None:
+                 activation: str = "relu", attention_dropout: float | None = None,
+                 activation_dropout: float | None = None) -> None:
+        """`dropout` on each sub-layer output; `attention_dropout` on the attention weights and
+        `activation_dropout` between W_1 and W_2, each `dropout` when None."""
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.src_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        attention_p = dropout if attention_dropout is None else attention_dropout
+        activation_p = dropout if activation_dropout is None else activation_dropout
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_p)
+        self.src_attn = MultiHeadAttention(d_model, n_heads, attention_p)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation_p, activation)
         self.sublayer = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(3))
 
     def forward(

@@ -13,10 +13,15 @@ class EncoderLayer(nn.Module):
     """Self-attention, then a feed-forward network, each wrapped in a SublayerConnection."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool = True,
-                 activation: str = "relu") -> None:
+                 activation: str = "relu", attention_dropout: float | None = None,
+                 activation_dropout: float | None = None) -> None:
+        """`dropout` on each sub-layer output; `attention_dropout` on the attention weights and
+        `activation_dropout` between W_1 and W_2, each `dropout` when None."""
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout, activation)
+        attention_p = dropout if attention_dropout is None else attention_dropout
+        activation_p = dropout if activation_dropout is None else activation_dropout
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_p)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation_p, activation)
         self.sublayer = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:

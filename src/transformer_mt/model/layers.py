@@ -20,7 +20,9 @@ ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (equation 2), applied to each position;
-    `activation` swish or gelu replaces max(0, .)."""
+    `activation` swish or gelu replaces max(0, .). `dropout` drops the inner activation
+    in training (`model.activation_dropout`, by default `model.dropout`); the paper has none
+    there."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()

@@ -101,7 +101,11 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
     Tying (section 3.4): the generator shares its weight with the target embedding when
     `tie_embeddings`; the source embedding shares it too when `share_vocab`. Every matrix
     gets Xavier-uniform init, the tied embedding included (a default N(0, 1) embedding
-    multiplied by sqrt(d_model) swamps the positional encoding and training stalls)."""
+    multiplied by sqrt(d_model) swamps the positional encoding and training stalls).
+
+    Dropout: `dropout` is the paper's residual dropout (sub-layer outputs, embedding sums);
+    the attention weights and the feed-forward activation take `attention_dropout` and
+    `activation_dropout`, which default to `dropout` (-1 in the config)."""
     src_vocab = cfg.src_vocab_size
     tgt_vocab = cfg.tgt_vocab_size
     if src_vocab < 1 or tgt_vocab < 1:
@@ -109,7 +113,8 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
     if cfg.share_vocab and src_vocab != tgt_vocab:
         raise ValueError(f"share_vocab needs equal vocabularies, got {src_vocab} and {tgt_vocab}")
     layer_args = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
-                      activation=cfg.activation)
+                      activation=cfg.activation, attention_dropout=cfg.attention_p,
+                      activation_dropout=cfg.activation_p)
     tgt_embed = Embeddings(tgt_vocab, cfg.d_model, padding_idx=None)
     src_embed = tgt_embed if cfg.share_vocab else Embeddings(src_vocab, cfg.d_model)
     generator = Generator(cfg.d_model, tgt_vocab)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformer_mt import __version__
 from transformer_mt.errors import UserError
 from transformer_mt.server.limits import BodySizeLimit, TooLarge, install_error_handlers
-from transformer_mt.server.service import Limits, TranslationService
+from transformer_mt.server.service import Limits, TranslationService, example_sentence
 
 STATIC = Path(__file__).resolve().parent / "static"
 log = logging.getLogger("transformer_mt")
@@ -160,6 +160,7 @@ class HealthResponse(BaseModel):
     d_model: int
     vocab_size: int
     default_beam: int
+    example: str = Field(description="a sentence of the run's validation data the page opens with; '' for none")
     limits: dict[str, int]
     requests: int
     batches: int = Field(description="decoding calls: fewer than requests when waiting requests were batched")
@@ -256,7 +257,7 @@ def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, device: st
     from transformer_mt.translator import Translator
 
     translator = Translator.from_run(run, device=device, checkpoint=checkpoint, dtype=dtype)
-    service = TranslationService(translator, Path(run).name, limits)
+    service = TranslationService(translator, Path(run).name, limits, example_sentence(run, limits.max_chars))
     app = create_app(service)
     if not is_loopback(host):
         log.warning("serving on %s: the page is reachable from other machines", host)

@@ -15,17 +15,22 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
+from transformer_mt.data.corpus import CorpusError, iter_raw_lines
 from transformer_mt.data.specials import EOS_ID, SPECIAL_IDS
+from transformer_mt.data.toy_corpora import toy_corpus_paths
 from transformer_mt.decoding.trace import Trace
 from transformer_mt.inspection import ATTENTION_KINDS, AttentionMaps
+from transformer_mt.runs import RunDir
 from transformer_mt.translator import Hypothesis, Translator, check_line, has_text
 
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
 MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests
+EXAMPLE_SEARCH_LINES = 1000  # lines of a validation file looked at for the page's example
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,13 @@ class Job:
 class TranslationService:
     """Translations, subword tokens and cross-attention for lists of sentences."""
 
-    def __init__(self, translator: Translator, name: str = "model", limits: Limits = Limits()) -> None:
+    def __init__(self, translator: Translator, name: str = "model", limits: Limits = Limits(),
+                 example: str = "") -> None:
+        """`example`: a sentence the page translates on opening ("" for none)."""
         self.translator = translator
         self.name = name
         self.limits = limits
+        self.example = example
         self.lock = threading.Lock()
         self.queue_lock = threading.Lock()
         self.queue: list[Job] = []
@@ -76,6 +84,7 @@ class TranslationService:
             "d_model": model.encoder.layers[0].self_attn.d_model,
             "vocab_size": len(self.translator.tokenizer),
             "default_beam": min(self.translator.defaults.beam, self.limits.max_beam),
+            "example": self.example,
             "limits": self.limits.as_dict(),
             "requests": self.requests,
             "batches": self.batches,
@@ -199,6 +208,33 @@ class TranslationService:
             self.requests += 1
             hypothesis = self.translator.hypothesis_of(target_tokens)
             return self.translator.explain(sentence, hypothesis, kind, layer, head, query)
+
+
+def example_sentence(run: str | Path, max_chars: int) -> str:
+    """The first sentence of the run's validation source text (else its test source) of at
+    most `max_chars` characters, so that the page opens with a translated example; "" when
+    the run has none to read (an imported model, or corpus files that have moved)."""
+    run_dir = RunDir(Path(run))
+    try:
+        data = run_dir.read_config().data
+    except (OSError, ValueError):
+        return ""
+    if data.task:
+        splits = toy_corpus_paths(run_dir.data)
+        candidates = [splits["valid"][0], splits["test"][0]]
+    else:
+        candidates = [Path(name) for name in (data.valid_src, data.test_src) if name]
+    for path in candidates:
+        try:
+            for number, raw in enumerate(iter_raw_lines(path), start=1):
+                text = raw.decode("utf-8").strip()
+                if has_text(text) and len(text) <= max_chars:
+                    return text
+                if number >= EXAMPLE_SEARCH_LINES:
+                    break
+        except (CorpusError, UnicodeDecodeError):
+            continue
+    return ""
 
 
 def attention_payload(maps: AttentionMaps | None) -> dict[str, Any] | None:

@@ -42,9 +42,18 @@ async function loadInfo() {
     $("beam").max = info.limits.max_beam;
     $("nbest").max = info.limits.max_beam;
     $("beam").value = Math.min(info.default_beam, info.limits.max_beam);
+    showExample(info.example);
   } catch (err) {
     $("model-info").textContent = "the server does not answer /api/health";
   }
+}
+
+// A first visit opens on a sentence of the run's validation data, already translated,
+// unless the box already holds text (typed, or kept by the browser on reload).
+function showExample(example) {
+  if (!example || $("source").value.trim()) return;
+  $("source").value = example;
+  translate();
 }
 
 async function translate() {
