@@ -301,6 +301,7 @@ def edit_config(folder: Path, **changes: object) -> None:
     ("missing", "config.json: missing"),
     ("exists", "exists already; import into a new --run"),
     ("nowhere", "no such folder"),
+    ("other", "config.json: model_type is 't5', not a Marian model"),
 ])
 def test_what_is_refused_is_one_line(tmp_path: Path, marian, capsys, change: str, message: str) -> None:
     folder = tmp_path / "hf"
@@ -321,6 +322,9 @@ def test_what_is_refused_is_one_line(tmp_path: Path, marian, capsys, change: str
         (folder / "model.safetensors").write_bytes(b"not a model")
     elif change == "missing":
         (folder / "config.json").unlink()
+    elif change == "other":  # another architecture, without Marian's tokenizer files: named first
+        edit_config(folder, model_type="t5")
+        (folder / "vocab.json").unlink()
     elif change == "exists":
         run.mkdir()
         (run / "keep.txt").write_text("mine")
