@@ -414,3 +414,27 @@ def test_the_imported_run_exports_to_ctranslate2(marian, tmp_path: Path) -> None
     results = engine.translate_batch(pieces, beam_size=1, length_penalty=0, min_decoding_length=0,
                                      max_decoding_length=MAX_NEW, suppress_sequences=[["<pad>"], ["<s>"]])
     assert [r.hypotheses[0] for r in results] == [h.tokens for h in ours]
+
+
+def test_the_imported_run_exports_to_hugging_face(marian, tmp_path: Path) -> None:
+    """An imported run through `export hf` (its V + 1 rows kept, the bos row named <s>):
+    transformers' beam search on the export gives our outputs and scores."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    _, _, run = marian
+    out = tmp_path / "hf"
+    assert main(["-q", "export", "hf", str(run), "--out", str(out)]) == 0
+    model, tok = AutoModelForSeq2SeqLM.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
+    translator = Translator.from_run(run, device="cpu")
+    assert tok(SEARCHED).input_ids == [ids + [EOS_ID] for ids in translator.tokenizer.encode(SEARCHED)]
+    settings = translator.settings(beam=4, length_penalty=0.0, max_len_a=0.0, max_len_b=MAX_NEW - 1)
+    ours = [(h.ids, h.finished, h.score) for h in (row[0] for row in translator.search(SEARCHED, settings))]
+    found = model.generate(**tok(SEARCHED, padding=True, return_tensors="pt"), num_beams=4, length_penalty=0.0,
+                           early_stopping="never", max_new_tokens=MAX_NEW, return_dict_in_generate=True,
+                           output_scores=True)
+    theirs = []
+    for row in found.sequences[:, 1:].tolist():
+        done = EOS_ID in row
+        theirs.append((row[: row.index(EOS_ID)] if done else [i for i in row if i != PAD_ID], done))
+    assert [(ids, done) for ids, done, _ in ours] == theirs
+    assert [s for *_, s in ours] == pytest.approx(found.sequences_scores.tolist(), abs=1e-4)

@@ -58,9 +58,10 @@ def register_export_hf(targets: argparse._SubParsersAction) -> None:
                     "model.safetensors, the stock MarianTokenizer's vocab.json, source.spm, target.spm and "
                     "tokenizer_config.json, a model card (README.md), transformer_mt.json and the run's config. "
                     "Post-norm runs become MarianMTModel, pre-norm runs PegasusForConditionalGeneration.",
-        epilog="Greedy and beam search with length_penalty=0 give our outputs token for token. Upload the "
-               "folder with `huggingface-cli upload USER/NAME DIR` (or huggingface_hub.upload_folder) after "
-               "setting the license in DIR/README.md. `import marian DIR` of a Marian export gives the run back.",
+        epilog="Greedy and beam search with length_penalty=0 give our outputs token for token. Set the license "
+               "in DIR/README.md, then upload with `hf upload USER/NAME DIR .` (`huggingface-cli upload` in "
+               "huggingface_hub < 1.0) or huggingface_hub.upload_folder. `import marian DIR` of a Marian "
+               "export gives the run back.",
     )
     hf.add_argument("run", help="run directory written by `train`, `demo` or `import marian`")
     hf.add_argument("--out", required=True, metavar="DIR", help="output folder (created; must be empty unless --force)")

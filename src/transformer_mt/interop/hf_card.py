@@ -70,11 +70,17 @@ def intro(run: RunDir, model_type: str, languages: tuple[str, str] | None, comma
 
 
 def usage(cfg: Config) -> str:
-    return ("## Use\n\n```python\nfrom transformers import pipeline\n\n"
-            "translate = pipeline(\"translation\", model=\"THIS_FOLDER_OR_HUB_ID\")\n"
-            f"print(translate(\"A sentence to translate.\", num_beams={cfg.decode.beam})[0][\"translation_text\"])\n"
-            "```\n\nThe tokenizer is the stock `MarianTokenizer` (sentencepiece; no `trust_remote_code`). "
-            "The source is raw text: no Moses tokenization, no separate BPE step.\n")
+    """How to run it: the Auto classes and generate (every transformers version; version 4
+    also has pipeline("translation"), which version 5 removed)."""
+    return ("## Use\n\n```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+            "name = \"THIS_FOLDER_OR_HUB_ID\"\n"
+            "tokenizer, model = AutoTokenizer.from_pretrained(name), AutoModelForSeq2SeqLM.from_pretrained(name)\n"
+            "batch = tokenizer([\"A sentence to translate.\"], return_tensors=\"pt\", padding=True)\n"
+            f"output = model.generate(**batch, num_beams={cfg.decode.beam})\n"
+            "print(tokenizer.batch_decode(output, skip_special_tokens=True))\n```\n\n"
+            "With transformers 4, `pipeline(\"translation\", model=name)` runs it too (transformers 5 removed "
+            "that task). The tokenizer is the stock `MarianTokenizer` (sentencepiece; no `trust_remote_code`); "
+            "the source is raw text: no Moses tokenization, no separate BPE step.\n")
 
 
 def architecture(cfg: Config, model_type: str) -> str:
@@ -105,12 +111,12 @@ def training(run: RunDir, cfg: Config, checkpoint: str, validations: list[dict[s
     d = cfg.data
     data = (f"the built-in `{d.task}` task ({d.task_size} pairs)" if d.task else
             f"`{d.train_src}` \u2192 `{d.train_tgt}` (validation: `{d.valid_src}` \u2192 `{d.valid_tgt}`)")
-    steps = max((v["step"] for v in validations), default=None)
+    steps = max((e["step"] for e in read_events(run.metrics)), default=None)
     done = f"{steps} steps" if steps is not None else "no training steps recorded"
     return (f"## Training\n\n{origin}Data: {data}; joint sentencepiece vocabulary ({d.vocab_type}, "
             f"{d.vocab_size} pieces asked).\n\nTraining: {done} (train.max_steps {cfg.train.max_steps}, "
-            f"{d.max_tokens} tokens per batch x {cfg.train.accumulate} accumulated, warmup {cfg.train.warmup_steps}, label smoothing "
-            f"{cfg.train.label_smoothing}); exported checkpoint: `{checkpoint}`. The run's full configuration is "
+            f"{d.max_tokens} tokens per batch x {cfg.train.accumulate} accumulated, warmup "
+            f"{cfg.train.warmup_steps}, label smoothing {cfg.train.label_smoothing}); exported checkpoint: `{checkpoint}`. The run's full configuration is "
             "`transformer_mt_config.yaml` in this folder; `transformer-mt train transformer_mt_config.yaml "
             "--run RUN` trains it again.\n")
 
@@ -167,8 +173,8 @@ def fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
 
 
-def read_validations(path: Path) -> list[dict[str, Any]]:
-    """The 'valid' events of metrics.jsonl in order (a torn last line is skipped)."""
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The events of metrics.jsonl with a step, in order (a torn last line is skipped)."""
     if not path.is_file():
         return []
     events = []
@@ -177,9 +183,14 @@ def read_validations(path: Path) -> list[dict[str, Any]]:
             event = json.loads(line)
         except ValueError:
             continue
-        if isinstance(event, dict) and event.get("event") == "valid" and isinstance(event.get("step"), int):
+        if isinstance(event, dict) and isinstance(event.get("step"), int):
             events.append(event)
     return events
+
+
+def read_validations(path: Path) -> list[dict[str, Any]]:
+    """The 'valid' events of metrics.jsonl, in order."""
+    return [event for event in read_events(path) if event.get("event") == "valid"]
 
 
 def equivalence() -> str:

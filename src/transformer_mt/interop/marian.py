@@ -35,8 +35,13 @@ tokenization_marian.py and convert_marian_to_pytorch.py):
   within the positional table (Hugging Face stops at max_length 512 only, and forces eos
   as the last token there, `forced_eos_token_id`; ours ends such an output unfinished).
 
-Refused with one line: separate source/target vocabularies, learned positions, pre-norm
-or extra LayerNorms, unscaled embeddings, other activations, unequal encoder/decoder sizes."""
+A folder in this package's own id layout (what `export hf` writes from a post-norm run:
+one sentencepiece model as source.spm and target.spm, vocab.json its pieces in id order,
+the decoder starting from <s>) is imported back as the run it came from: interop/joint.py.
+
+Refused with one line: another model_type (said before any file is looked for), separate
+source/target vocabularies, learned positions, pre-norm or extra LayerNorms, unscaled
+embeddings, other activations, unequal encoder/decoder sizes."""
 
 from __future__ import annotations
 
@@ -373,8 +378,10 @@ def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str
         "sha256": digests,
         "marian_ids": {"eos": hf.get("eos_token_id"), "pad": hf.get("pad_token_id"),
                        "decoder_start": hf.get("decoder_start_token_id"), "vocab_size": hf.get("vocab_size")},
-        "rows": "ours 0 (pad) <- Marian pad, 1 (unk) <- unk, 2 (bos) <- pad (decoder start), 3 (eos) <- eos, "
-                "4.. <- the other Marian ids in order",
+        "rows": ("ours = the folder's ids (our own layout: interop/joint.py)" if hf.get("decoder_start_token_id") == BOS_ID
+                 and hf.get("pad_token_id") == PAD_ID else
+                 "ours 0 (pad) <- Marian pad, 1 (unk) <- unk, 2 (bos) <- pad (decoder start), 3 (eos) <- eos, "
+                 "4.. <- the other Marian ids in order"),
         "never_emitted": never, "renormalize_logits": bool(generation.get("renormalize_logits")),
     }
     atomic_write_text(run.root / "imported.json", json.dumps(record, indent=1) + "\n")
