@@ -301,6 +301,7 @@ def edit_config(folder: Path, **changes: object) -> None:
     ("missing", "config.json: missing"),
     ("exists", "exists already; import into a new --run"),
     ("nowhere", "no such folder"),
+    ("other", "config.json: model_type is 't5', not a Marian model"),
 ])
 def test_what_is_refused_is_one_line(tmp_path: Path, marian, capsys, change: str, message: str) -> None:
     folder = tmp_path / "hf"
@@ -321,6 +322,9 @@ def test_what_is_refused_is_one_line(tmp_path: Path, marian, capsys, change: str
         (folder / "model.safetensors").write_bytes(b"not a model")
     elif change == "missing":
         (folder / "config.json").unlink()
+    elif change == "other":  # another architecture, without Marian's tokenizer files: named first
+        edit_config(folder, model_type="t5")
+        (folder / "vocab.json").unlink()
     elif change == "exists":
         run.mkdir()
         (run / "keep.txt").write_text("mine")
@@ -410,3 +414,27 @@ def test_the_imported_run_exports_to_ctranslate2(marian, tmp_path: Path) -> None
     results = engine.translate_batch(pieces, beam_size=1, length_penalty=0, min_decoding_length=0,
                                      max_decoding_length=MAX_NEW, suppress_sequences=[["<pad>"], ["<s>"]])
     assert [r.hypotheses[0] for r in results] == [h.tokens for h in ours]
+
+
+def test_the_imported_run_exports_to_hugging_face(marian, tmp_path: Path) -> None:
+    """An imported run through `export hf` (its V + 1 rows kept, the bos row named <s>):
+    transformers' beam search on the export gives our outputs and scores."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    _, _, run = marian
+    out = tmp_path / "hf"
+    assert main(["-q", "export", "hf", str(run), "--out", str(out)]) == 0
+    model, tok = AutoModelForSeq2SeqLM.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
+    translator = Translator.from_run(run, device="cpu")
+    assert tok(SEARCHED).input_ids == [ids + [EOS_ID] for ids in translator.tokenizer.encode(SEARCHED)]
+    settings = translator.settings(beam=4, length_penalty=0.0, max_len_a=0.0, max_len_b=MAX_NEW - 1)
+    ours = [(h.ids, h.finished, h.score) for h in (row[0] for row in translator.search(SEARCHED, settings))]
+    found = model.generate(**tok(SEARCHED, padding=True, return_tensors="pt"), num_beams=4, length_penalty=0.0,
+                           early_stopping="never", max_new_tokens=MAX_NEW, return_dict_in_generate=True,
+                           output_scores=True)
+    theirs = []
+    for row in found.sequences[:, 1:].tolist():
+        done = EOS_ID in row
+        theirs.append((row[: row.index(EOS_ID)] if done else [i for i in row if i != PAD_ID], done))
+    assert [(ids, done) for ids, done, _ in ours] == theirs
+    assert [s for *_, s in ours] == pytest.approx(found.sequences_scores.tolist(), abs=1e-4)

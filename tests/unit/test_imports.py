@@ -106,7 +106,8 @@ def test_the_trainer_imports_neither_the_translator_nor_evaluation() -> None:
 
 
 @pytest.mark.parametrize("module", ["transformer_mt.translator", "transformer_mt.server.app",
-                                   "transformer_mt.interop.ctranslate2", "transformer_mt.interop.marian"])
+                                   "transformer_mt.interop.ctranslate2", "transformer_mt.interop.marian",
+                                   "transformer_mt.interop.huggingface"])
 def test_inference_never_imports_training(module: str) -> None:
     loaded = loaded_after(module)
     assert module in loaded

@@ -1,6 +1,7 @@
 """Sub-commands that carry a run to other tools and models from them: export, import.
 
     transformer-mt export ctranslate2 RUN --out DIR [--quantization int8] [--checkpoint best] [--force]
+    transformer-mt export hf RUN --out DIR [--checkpoint best] [--languages SRC TGT] [--force]
     transformer-mt import marian SOURCE --run RUN
 """
 
@@ -8,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 
 from transformer_mt.config import CHECKPOINT_CHOICES
 # interop.ctranslate2 imports ctranslate2 only when an export runs: the parser needs none of it
 from transformer_mt.interop.ctranslate2 import QUANTIZATIONS, export_ctranslate2
+# interop.huggingface writes the files itself: transformers is needed only to use them
+from transformer_mt.interop.huggingface import export_hf
 # interop.marian imports huggingface_hub only to download a model by name
 from transformer_mt.interop.marian import import_marian
 
@@ -21,7 +25,7 @@ log = logging.getLogger("transformer_mt")
 def register(subparsers: argparse._SubParsersAction) -> None:
     register_import(subparsers)
     export = subparsers.add_parser(
-        "export", help="write a run in another engine's format (CTranslate2)",
+        "export", help="write a run in another engine's format (CTranslate2, Hugging Face transformers)",
         description="Write a trained run's model in the format of another inference engine.",
     )
     targets = export.add_subparsers(dest="target", required=True, metavar="FORMAT")
@@ -44,6 +48,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="best (default), last step checkpoint, or average.safetensors")
     ct2.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
     ct2.set_defaults(func=run_export_ctranslate2)
+    register_export_hf(targets)
+
+
+def register_export_hf(targets: argparse._SubParsersAction) -> None:
+    hf = targets.add_parser(
+        "hf", help="a Hugging Face transformers model folder (Marian or Pegasus; loads with AutoModelForSeq2SeqLM)",
+        description="Write RUN as a Hugging Face transformers folder: config.json, generation_config.json, "
+                    "model.safetensors, the stock MarianTokenizer's vocab.json, source.spm, target.spm and "
+                    "tokenizer_config.json, a model card (README.md), transformer_mt.json and the run's config. "
+                    "Post-norm runs become MarianMTModel, pre-norm runs PegasusForConditionalGeneration.",
+        epilog="Greedy and beam search with length_penalty=0 give our outputs token for token. Set the license "
+               "in DIR/README.md, then upload with `hf upload USER/NAME DIR .` (`huggingface-cli upload` in "
+               "huggingface_hub < 1.0) or huggingface_hub.upload_folder. `import marian DIR` of a Marian "
+               "export gives the run back.",
+    )
+    hf.add_argument("run", help="run directory written by `train`, `demo` or `import marian`")
+    hf.add_argument("--out", required=True, metavar="DIR", help="output folder (created; must be empty unless --force)")
+    hf.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
+                    help="best (default), last step checkpoint, or average.safetensors")
+    hf.add_argument("--languages", nargs=2, metavar=("SRC", "TGT"),
+                    help="language codes for the model card and tokenizer (default: from the training file "
+                         "names, such as train.de.gz and train.en.gz)")
+    hf.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    hf.set_defaults(func=run_export_hf)
+
+
+def run_export_hf(args: argparse.Namespace) -> int:
+    command = shlex.join(["transformer-mt", "export", "hf", str(args.run), "--out", str(args.out),
+                          "--checkpoint", args.checkpoint, *(["--languages", *args.languages] if args.languages else [])])
+    out = export_hf(args.run, args.out, checkpoint=args.checkpoint, force=args.force,
+                    languages=tuple(args.languages) if args.languages else None, command=command)
+    log.info("wrote the Hugging Face model of %s (%s checkpoint) to %s", args.run, args.checkpoint, out)
+    return 0
 
 
 def run_export_ctranslate2(args: argparse.Namespace) -> int:

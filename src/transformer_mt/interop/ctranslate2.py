@@ -44,8 +44,6 @@ The core package never imports ctranslate2; this module does, when called."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +55,8 @@ from transformer_mt.config import CHECKPOINT_CHOICES
 from transformer_mt.data.specials import BOS_ID, EOS_ID, UNK_ID
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_write_text, fsync_folder
+from transformer_mt.files import atomic_write_text
+from transformer_mt.interop.folders import check_out_dir, write_folder
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.runs import RunDir, load_run_model
@@ -84,7 +83,7 @@ def export_ctranslate2(
         raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
     ctranslate2 = _import_ctranslate2()
     run, out = RunDir(Path(run_dir)), Path(out_dir)
-    _check_out_dir(out, run.root, force)
+    check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint)
     spec = build_spec(model, tokenizer, getattr(cfg.model, "activation", "relu"), str(run.root))
     for path in run.tokenizer_files():  # tokenizer.model, or an imported run's vocab.json + spm models
@@ -101,7 +100,11 @@ def export_ctranslate2(
         "max_positions": max_positions, "max_source_subwords": max_positions - 1,
         "decode": {key: getattr(cfg.decode, key) for key in ("beam", "length_penalty", "max_len_a", "max_len_b")},
     }
-    _write_folder(spec, out.resolve(), metadata)
+    def fill(folder: Path) -> None:
+        spec.save(str(folder))
+        atomic_write_text(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
+
+    write_folder(out.resolve(), fill)
     return out
 
 
@@ -250,40 +253,3 @@ def _import_ctranslate2():
         raise UserError("ctranslate2 is not installed; pip install 'transformer-mt[interop]' "
                         "(or pip install 'ctranslate2>=4.5')") from None
     return ctranslate2
-
-
-def _check_out_dir(out: Path, run_root: Path, force: bool) -> None:
-    """Refuse a file, a non-empty folder (without force), and a folder holding the run."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: exists and is not a folder; choose another --out")
-    resolved, run = out.resolve(), run_root.resolve()
-    if resolved == run or resolved in run.parents:
-        raise UserError(f"{out}: holds the run {run_root} itself; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"{out}: exists and is not empty; choose another --out or add --force to replace it")
-
-
-def _write_folder(spec: Any, out: Path, metadata: dict) -> None:
-    """Build the folder beside `out`, fsync it, then rename it into place: a process killed
-    midway leaves the old folder (or none), never half of a new one."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    old = out.with_name(f".{out.name}.{os.getpid()}.old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        spec.save(str(tmp))
-        atomic_write_text(tmp / METADATA, json.dumps(metadata, indent=2) + "\n")
-        for path in tmp.iterdir():
-            with open(path, "rb+") as handle:
-                os.fsync(handle.fileno())
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not out.exists():
-            os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-    fsync_folder(out.parent)

@@ -35,8 +35,13 @@ tokenization_marian.py and convert_marian_to_pytorch.py):
   within the positional table (Hugging Face stops at max_length 512 only, and forces eos
   as the last token there, `forced_eos_token_id`; ours ends such an output unfinished).
 
-Refused with one line: separate source/target vocabularies, learned positions, pre-norm
-or extra LayerNorms, unscaled embeddings, other activations, unequal encoder/decoder sizes."""
+A folder in this package's own id layout (what `export hf` writes from a post-norm run:
+one sentencepiece model as source.spm and target.spm, vocab.json its pieces in id order,
+the decoder starting from <s>) is imported back as the run it came from: interop/joint.py.
+
+Refused with one line: another model_type (said before any file is looked for), separate
+source/target vocabularies, learned positions, pre-norm or extra LayerNorms, unscaled
+embeddings, other activations, unequal encoder/decoder sizes."""
 
 from __future__ import annotations
 
@@ -53,10 +58,13 @@ from typing import Any
 import torch
 
 from transformer_mt.config import Config, DataConfig, DecodeConfig, ModelConfig
-from transformer_mt.data.marian_tokenizer import EOS_PIECE, MARIAN_TOKENIZER_FILES, PAD_PIECE, MarianTokenizer
+from transformer_mt.data.marian_tokenizer import (EOS_PIECE, MARIAN_TOKENIZER_FILES, MARIAN_VOCAB, PAD_PIECE,
+                                                   MarianTokenizer, read_vocab)
+from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_mt.data.specials import BOS_ID, PAD_ID
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path, atomic_write_text
+from transformer_mt.interop import joint
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
 from transformer_mt.runs import RunDir, save_weights
 
@@ -91,25 +99,29 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
         raise UserError(f"{run.root}: exists already; import into a new --run")
     folder = resolve_source(source)
     hf = read_json(folder / "config.json", required=True)
+    check_model_type(hf, folder)
     generation = {**hf, **read_json(folder / "generation_config.json")}
-    tokenizer = MarianTokenizer.load(folder)
-    check_config(hf, tokenizer, folder)
+    ours = joint.is_joint(folder)  # our own layout (`export hf`): the ids are ours, row for row
+    tokenizer = SentencePieceTokenizer.load(folder / "source.spm") if ours else MarianTokenizer.load(folder)
+    vocab = read_vocab(folder / MARIAN_VOCAB) if ours else tokenizer.vocab
+    check_config(hf, vocab, folder, start_piece=joint.START_PIECE if ours else PAD_PIECE)
     state = {key.removeprefix("model."): tensor for key, tensor in read_weights(folder).items()}
     source_embedding, target_embedding, _ = embeddings(state, hf, folder)
     cfg = run_config(hf, generation, len(tokenizer), share_vocab=torch.equal(source_embedding, target_embedding))
     model = build_model(cfg.model)
-    load_marian_state(model, state, hf, tokenizer.rows, folder)
-    never = [BOS_ID] + ([PAD_ID] if generation.get("renormalize_logits") else [])
+    load_marian_state(model, state, hf, list(range(len(tokenizer))) if ours else tokenizer.rows, folder)
+    renormalized = [PAD_ID] if generation.get("renormalize_logits") else []
+    never = joint.never_emitted(generation) if ours else [BOS_ID] + renormalized
     with torch.no_grad():
         model.generator.proj.bias[never] = NEVER_LOGIT
+    if ours:
+        cfg, model = joint.restore(cfg, model, folder)
     run.root.parent.mkdir(parents=True, exist_ok=True)
     tmp = RunDir(run.root.with_name(f".{run.root.name}.import-{os.getpid()}"))
     shutil.rmtree(tmp.root, ignore_errors=True)
     try:
         tmp.root.mkdir()
-        for name in MARIAN_TOKENIZER_FILES:
-            with atomic_path(tmp.root / name) as out:
-                shutil.copyfile(folder / name, out)
+        write_tokenizer_files(folder, tmp.root, ours)
         tmp.write_config(cfg)
         save_weights(model, tmp.best)
         write_provenance(tmp, source, folder, hf, generation, never)
@@ -117,10 +129,20 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
     except BaseException:
         shutil.rmtree(tmp.root, ignore_errors=True)
         raise
-    log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords (+1 bos row), activation %s",
-             source, run.root, cfg.model.n_layers, cfg.model.n_layers, cfg.model.d_model,
-             len(tokenizer) - 1, cfg.model.activation)
+    extra = "" if ours else " (+1 bos row)"
+    log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords%s, activation %s", source, run.root,
+             cfg.model.n_layers, cfg.model.n_layers, cfg.model.d_model, len(vocab), extra, cfg.model.activation)
     return run
+
+
+def write_tokenizer_files(folder: Path, run_root: Path, ours: bool) -> None:
+    """The run's vocabulary: tokenizer.model for our own layout, else Marian's three files."""
+    if ours:
+        joint.write_tokenizer(folder, run_root)
+        return
+    for name in MARIAN_TOKENIZER_FILES:
+        with atomic_path(run_root / name) as out:
+            shutil.copyfile(folder / name, out)
 
 
 # ---- the source --------------------------------------------------------------------------
@@ -172,11 +194,18 @@ def read_json(path: Path, required: bool = False) -> dict[str, Any]:
 
 
 # ---- the configuration -------------------------------------------------------------------
-def check_config(hf: dict[str, Any], tokenizer: MarianTokenizer, folder: Path) -> None:
-    """Refuse, in one line, what our model cannot represent exactly."""
+def check_model_type(hf: dict[str, Any], folder: Path) -> None:
+    """A model of another architecture is refused first, before its files are looked for."""
+    model_type = hf.get("model_type", "marian")
+    if model_type != "marian":
+        raise UserError(f"{folder / 'config.json'}: model_type is {model_type!r}, not a Marian model "
+                        "(MarianMTModel); `import marian` takes only Marian models")
+
+
+def check_config(hf: dict[str, Any], vocab: dict[str, int], folder: Path, start_piece: str = PAD_PIECE) -> None:
+    """Refuse, in one line, what our model cannot represent exactly. The decoder must start
+    from `start_piece`: pad for Marian's own models, <s> for our layout (interop/joint.py)."""
     where = folder / "config.json"
-    if hf.get("model_type", "marian") != "marian":
-        raise UserError(f"{where}: model_type is {hf.get('model_type')!r}, not a Marian model")
     for key, (needed, what) in REFUSED_FLAGS.items():
         default = False if key == "scale_embedding" else needed  # MarianConfig's own default
         if bool(hf.get(key, default)) != needed:
@@ -192,13 +221,13 @@ def check_config(hf: dict[str, Any], tokenizer: MarianTokenizer, folder: Path) -
     activation = hf.get("activation_function", "gelu")
     if activation not in ACTIVATIONS:
         raise UserError(f"{where}: activation_function {activation!r} is not supported ({', '.join(ACTIVATIONS)})")
-    vocab, size = tokenizer.vocab, hf.get("vocab_size")
+    size = hf.get("vocab_size")
     if size != len(vocab) or hf.get("decoder_vocab_size", size) not in (None, size):
         raise UserError(f"{where}: vocab_size {size} (decoder_vocab_size {hf.get('decoder_vocab_size')}) differs "
                         f"from the {len(vocab)} pieces of vocab.json")
-    for key, piece in (("eos_token_id", EOS_PIECE), ("pad_token_id", PAD_PIECE), ("decoder_start_token_id", PAD_PIECE)):
+    for key, piece in (("eos_token_id", EOS_PIECE), ("pad_token_id", PAD_PIECE), ("decoder_start_token_id", start_piece)):
         if hf.get(key) != vocab[piece]:
-            note = "; only models whose decoder starts from pad are supported" if key.startswith("decoder") else ""
+            note = f"; only models whose decoder starts from {start_piece} are supported" if key.startswith("decoder") else ""
             raise UserError(f"{where}: {key} is {hf.get(key)!r} but vocab.json has {piece} at {vocab[piece]}{note}")
 
 
@@ -349,8 +378,10 @@ def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str
         "sha256": digests,
         "marian_ids": {"eos": hf.get("eos_token_id"), "pad": hf.get("pad_token_id"),
                        "decoder_start": hf.get("decoder_start_token_id"), "vocab_size": hf.get("vocab_size")},
-        "rows": "ours 0 (pad) <- Marian pad, 1 (unk) <- unk, 2 (bos) <- pad (decoder start), 3 (eos) <- eos, "
-                "4.. <- the other Marian ids in order",
+        "rows": ("ours = the folder's ids (our own layout: interop/joint.py)" if hf.get("decoder_start_token_id") == BOS_ID
+                 and hf.get("pad_token_id") == PAD_ID else
+                 "ours 0 (pad) <- Marian pad, 1 (unk) <- unk, 2 (bos) <- pad (decoder start), 3 (eos) <- eos, "
+                 "4.. <- the other Marian ids in order"),
         "never_emitted": never, "renormalize_logits": bool(generation.get("renormalize_logits")),
     }
     atomic_write_text(run.root / "imported.json", json.dumps(record, indent=1) + "\n")
