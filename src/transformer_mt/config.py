@@ -25,6 +25,7 @@ CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs
 PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
+VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sentencepiece_tokenizer.py
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
@@ -151,7 +152,7 @@ class DataConfig:
         _require(self.task in ("", *TASK_NAMES), "data.task", f"must be '' or one of {', '.join(TASK_NAMES)}")
         _require(self.task_size >= 10, "data.task_size", "must be at least 10")
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
-        _require(self.vocab_type in ("bpe", "unigram"), "data.vocab_type", "must be 'bpe' or 'unigram'")
+        _require(self.vocab_type in VOCAB_TYPES, "data.vocab_type", f"must be one of {', '.join(VOCAB_TYPES)}")
         _require(self.vocab_sample >= 2, "data.vocab_sample", "must be at least 2 (sentences)")
         _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
