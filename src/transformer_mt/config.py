@@ -144,6 +144,7 @@ class DataConfig:
     vocab_size: int = 8000
     vocab_type: str = "bpe"
     vocab_sample: int = 2_000_000
+    joint_vocab: bool = True
     max_tokens: int = 4096
     max_len: int = 250
     max_len_ratio: float = 3.0
@@ -250,6 +251,8 @@ class Config:
                  f"training pairs of up to {self.data.max_len} subwords (+ eos or bos) need "
                  f"model.max_positions >= {self.data.max_len + 1}, got {self.model.max_positions}; "
                  "lower data.max_len or raise model.max_positions")
+        _require(self.data.joint_vocab or not self.model.share_vocab, "data.joint_vocab",
+                 "false (separate source and target vocabularies) needs model.share_vocab: false")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
