@@ -25,6 +25,7 @@ CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs
 PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
+VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sentencepiece_tokenizer.py
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
@@ -143,6 +144,7 @@ class DataConfig:
     vocab_size: int = 8000
     vocab_type: str = "bpe"
     vocab_sample: int = 2_000_000
+    joint_vocab: bool = True
     max_tokens: int = 4096
     max_len: int = 250
     max_len_ratio: float = 3.0
@@ -151,7 +153,7 @@ class DataConfig:
         _require(self.task in ("", *TASK_NAMES), "data.task", f"must be '' or one of {', '.join(TASK_NAMES)}")
         _require(self.task_size >= 10, "data.task_size", "must be at least 10")
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
-        _require(self.vocab_type in ("bpe", "unigram"), "data.vocab_type", "must be 'bpe' or 'unigram'")
+        _require(self.vocab_type in VOCAB_TYPES, "data.vocab_type", f"must be one of {', '.join(VOCAB_TYPES)}")
         _require(self.vocab_sample >= 2, "data.vocab_sample", "must be at least 2 (sentences)")
         _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
@@ -249,6 +251,8 @@ class Config:
                  f"training pairs of up to {self.data.max_len} subwords (+ eos or bos) need "
                  f"model.max_positions >= {self.data.max_len + 1}, got {self.model.max_positions}; "
                  "lower data.max_len or raise model.max_positions")
+        _require(self.data.joint_vocab or not self.model.share_vocab, "data.joint_vocab",
+                 "false (separate source and target vocabularies) needs model.share_vocab: false")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -4,7 +4,8 @@ design.md). Training writes a run, translation, the server and the plots read it
     runs/NAME/config.yaml            the resolved config
     runs/NAME/plan.json              a budgeted run's plan (training/budget.py)
     runs/NAME/tokenizer.model        sentencepiece model (+ .vocab); an imported Marian run has
-                                     vocab.json, source.spm and target.spm instead
+                                     vocab.json, source.spm and target.spm instead, a run with
+                                     data.joint_vocab: false source.model and target.model
     runs/NAME/checkpoints/step_N.pt  full training state
     runs/NAME/snapshots/step_N.safetensors  model-only weights kept for averaging (train.average_last)
     runs/NAME/best.safetensors       weights of the best validation checkpoint

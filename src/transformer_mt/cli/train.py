@@ -48,12 +48,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     prepare.set_defaults(func=run_prepare, overrides=[])
 
     vocab = subparsers.add_parser(
-        "vocab", help="train the joint sentencepiece vocabulary of a run (train does this too)",
+        "vocab", help="train the sentencepiece vocabulary of a run (train does this too)",
         description="Train one sentencepiece model on both sides of the training data of CONFIG "
-                    "and store it as RUN/tokenizer.model (ids: pad 0, unk 1, bos 2, eos 3).",
+                    "and store it as RUN/tokenizer.model (ids: pad 0, unk 1, bos 2, eos 3); with "
+                    "data.joint_vocab false, one per side: RUN/source.model and RUN/target.model.",
     )
     vocab.add_argument("config", help="YAML config or preset")
-    vocab.add_argument("--run", required=True, help="run directory to write tokenizer.model into")
+    vocab.add_argument("--run", required=True, help="run directory to write the vocabulary into")
     vocab.set_defaults(func=run_vocab, overrides=[])
 
     average = subparsers.add_parser(
@@ -101,12 +102,15 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_vocab(args: argparse.Namespace) -> int:
+    from transformer_mt.data.tokenizers import vocab_sizes
     from transformer_mt.training import train_vocabulary
 
     cfg = load_config(args.config, split_overrides(args.overrides))
     run = RunDir(Path(args.run))
     tokenizer = train_vocabulary(cfg, run)
-    log.info("%s: %d pieces (%s)", run.tokenizer, len(tokenizer), cfg.data.vocab_type)
+    source, target = vocab_sizes(tokenizer)
+    sizes = f"{target}" if cfg.data.joint_vocab else f"{source} source and {target} target"
+    log.info("%s: %s pieces (%s)", run.tokenizer_file, sizes, cfg.data.vocab_type)
     return 0
 
 

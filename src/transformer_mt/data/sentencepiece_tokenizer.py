@@ -3,7 +3,16 @@ shared source-target vocabulary"), trained with the fixed special ids of data/sp
 
     pad 0 (<pad>)    unk 1 (<unk>)    bos 2 (<s>)    eos 3 (</s>)
 
-A run stores it as tokenizer.model, with the readable tokenizer.vocab beside it."""
+A run stores it as tokenizer.model, with the readable tokenizer.vocab beside it.
+
+Besides subwords (bpe, unigram) it trains word vocabularies (data.vocab_type: word):
+sentencepiece's `word` model counts the space-separated words of the training text (no
+pre-tokenisation: "cat." is one word) and keeps the most frequent ones; every other word
+is <unk> (id 1). Words are kept as written (no Unicode normalisation) and of any length
+(sentencepiece's default drops pieces over 16 characters). sentencepiece's own encoding
+merges a run of unknown words into one <unk>, so a word model is applied here instead:
+a sentence is its str.split() words, one id each, and decoding joins the words (<unk>
+for an unknown one) with single spaces."""
 
 from __future__ import annotations
 
@@ -13,11 +22,14 @@ from pathlib import Path
 from typing import Iterable
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.data.tokenizer import load_sentencepiece
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path
+
+WORD_PREFIX = "\u2581"  # sentencepiece marks the start of a word, so a word model's pieces are '\u2581word'
 
 
 class SentencePieceTokenizer:
@@ -27,6 +39,7 @@ class SentencePieceTokenizer:
 
     def __init__(self, processor: spm.SentencePieceProcessor) -> None:
         self.sp = processor
+        self.words = is_word_model(processor)  # applied word by word (see the module docstring)
 
     @classmethod
     def files(cls, path: Path) -> list[Path]:
@@ -82,7 +95,11 @@ class SentencePieceTokenizer:
         return self.sp.GetPieceSize()
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        """Sentences -> subword ids (no bos/eos: batching adds them)."""
+        """Sentences -> subword ids (no bos/eos: batching adds them); a word model's
+        unknown words are one <unk> each."""
+        if self.words:
+            piece_to_id = self.sp.PieceToId
+            return [[piece_to_id(WORD_PREFIX + word) for word in line.split()] for line in lines]
         return self.sp.Encode(list(lines), out_type=int)
 
     def encode_target(self, lines: list[str]) -> list[list[int]]:
@@ -92,10 +109,14 @@ class SentencePieceTokenizer:
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         """Subword ids (specials already removed) -> sentences."""
+        if self.words:
+            return [" ".join(piece.removeprefix(WORD_PREFIX) for piece in self.id_to_piece(seq)) for seq in ids]
         return self.sp.Decode([list(seq) for seq in ids])
 
     def pieces(self, line: str) -> list[str]:
         """The subword pieces of one sentence, as the model sees them."""
+        if self.words:
+            return [WORD_PREFIX + word for word in line.split()]
         return self.sp.EncodeAsPieces(line)
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
@@ -106,8 +127,21 @@ class SentencePieceTokenizer:
         return self.sp.PieceToId(piece)
 
 
+def is_word_model(processor: spm.SentencePieceProcessor) -> bool:
+    """Whether `processor` is a word vocabulary (sentencepiece's `word` model type), as the
+    model file itself records it (sentencepiece's API does not expose the type)."""
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(processor.serialized_model_proto())
+    return proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.WORD
+
+
+# A word vocabulary: words as written, of any length (512 is sentencepiece's upper bound).
+WORD_OPTIONS = dict(normalization_rule_name="identity", max_sentencepiece_length=512)
+
+
 def _train_sentencepiece(sentences: Iterable[str], prefix: str, vocab_size: int, model_type: str) -> None:
-    """sentencepiece training with the special ids every model of this package relies on."""
+    """sentencepiece training with the special ids every model of this package relies on
+    (and, for a word vocabulary, WORD_OPTIONS)."""
     spm.SentencePieceTrainer.Train(
         sentence_iterator=iter(sentences),
         model_prefix=prefix,
@@ -121,4 +155,5 @@ def _train_sentencepiece(sentences: Iterable[str], prefix: str, vocab_size: int,
         shuffle_input_sentence=False,
         num_threads=os.cpu_count() or 1,
         minloglevel=2,
+        **(WORD_OPTIONS if model_type == "word" else {}),
     )

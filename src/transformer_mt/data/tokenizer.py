@@ -1,11 +1,12 @@
 """What the rest of the package needs of a tokenizer, and the one sentencepiece helper
 both implementations share.
 
-Two classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
-this package trains, data/sentencepiece_tokenizer.py) and MarianTokenizer (an imported
+Three classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
+this package trains, data/sentencepiece_tokenizer.py), SeparateTokenizer (separate source
+and target vocabularies, data/separate_tokenizer.py) and MarianTokenizer (an imported
 OPUS-MT vocabulary, data/marian_tokenizer.py). data/tokenizers.py picks one from a run's
-files. Neither implementation imports that registry, and this module imports neither
-implementation, so the three import without a cycle."""
+files. No implementation imports that registry, and this module imports none of them, so
+they import without a cycle."""
 
 from __future__ import annotations
 

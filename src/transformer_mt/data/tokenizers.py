@@ -7,16 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from transformer_mt.data.marian_tokenizer import MarianTokenizer
+from transformer_mt.data.separate_tokenizer import SeparateTokenizer
 from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.errors import UserError
 
-# In this order a run folder is searched: a trained tokenizer.model, then an imported vocab.json.
-TOKENIZERS: tuple[type[Tokenizer], ...] = (SentencePieceTokenizer, MarianTokenizer)
+# In this order a run folder is searched: a trained tokenizer.model, an imported vocab.json,
+# then separate source.model and target.model (data.joint_vocab: false).
+TOKENIZERS: tuple[type[Tokenizer], ...] = (SentencePieceTokenizer, MarianTokenizer, SeparateTokenizer)
 
 
 def tokenizer_class(path: str | Path) -> type[Tokenizer]:
     """The class of the tokenizer named by `path`: the one whose file_name it has (vocab.json
-    is an imported Marian vocabulary), else a sentencepiece model of any name."""
+    is an imported Marian vocabulary, source.model one of two separate vocabularies), else
+    a sentencepiece model of any name."""
     name = Path(path).name
     return next((kind for kind in TOKENIZERS if kind.file_name == name), SentencePieceTokenizer)
 
@@ -47,3 +51,16 @@ def find_tokenizer(folder: Path) -> Path:
         if (folder / kind.file_name).is_file():
             return folder / kind.file_name
     return folder / SentencePieceTokenizer.file_name
+
+
+def vocab_sizes(tokenizer: Tokenizer) -> tuple[int, int]:
+    """(source, target) numbers of ids: model.src_vocab_size and model.tgt_vocab_size."""
+    return (tokenizer.source_size if isinstance(tokenizer, SeparateTokenizer) else len(tokenizer)), len(tokenizer)
+
+
+def require_joint(tokenizer: Tokenizer, what: str) -> None:
+    """Refuse, in one line, a tokenizer with separate source and target vocabularies for
+    `what` (a command that writes one vocabulary for both sides)."""
+    if isinstance(tokenizer, SeparateTokenizer):
+        raise UserError(f"{what} needs one vocabulary for source and target, and this run has separate ones "
+                        "(data.joint_vocab: false); train with data.joint_vocab: true to export it")

@@ -1,5 +1,6 @@
-"""The run's joint vocabulary: loaded if the run has one, else a sentencepiece model
-trained on a sample of the training text, streamed from the corpus files."""
+"""The run's vocabulary: loaded if the run has one, else trained on a sample of the
+training text, streamed from the corpus files: one joint sentencepiece model, or separate
+source and target models (data.joint_vocab: false)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from transformer_mt.config import DataConfig
 from transformer_mt.data.corpus import decode_line, iter_raw_lines, iter_raw_pairs, no_pairs_left, usable_pair
 from transformer_mt.data.corpus_files import PathPair
+from transformer_mt.data.separate_tokenizer import SeparateTokenizer
 from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.data.tokenizers import load_tokenizer
@@ -21,19 +23,26 @@ log = logging.getLogger("transformer_mt")
 
 
 def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: int) -> Tokenizer:
-    """The run's tokenizer: loaded if the run has one, else trained on both sides of
-    the training text (one joint vocabulary) and saved at `path`. A corpus of more than
-    data.vocab_sample sentences is sampled (pairs drawn from the seed, streamed from the
-    files): the vocabulary of 2M sentences is as good as that of 9M, at a fraction of the memory."""
-    if path.is_file():  # tokenizer.model, or an imported run's vocab.json
+    """The tokenizer named by `path` (a run's: RunDir.tokenizer_file): loaded if it exists,
+    else trained on the training text: one joint vocabulary of both sides saved at `path`
+    or, with data.joint_vocab false, one of each side saved beside it (source.model,
+    target.model). A
+    corpus of more than data.vocab_sample sentences is sampled (pairs drawn from the seed,
+    streamed from the files): the vocabulary of 2M sentences is as good as that of 9M, at a
+    fraction of the memory."""
+    if path.is_file():  # tokenizer.model, source.model, or an imported run's vocab.json
         return load_tokenizer(path)
     kept = nonempty_pairs(train)
     chosen = kept
     if 2 * len(kept) > cfg.vocab_sample:
         rng = np.random.default_rng(seed)
         chosen = np.sort(rng.choice(kept, size=max(cfg.vocab_sample // 2, 1), replace=False))
-    log.info("training a %d-piece %s vocabulary on %d of %d sentence pairs", cfg.vocab_size, cfg.vocab_type,
+    kind = "joint" if cfg.joint_vocab else "source and a target"
+    log.info("training a %s %d-piece %s vocabulary on %d of %d sentence pairs", kind, cfg.vocab_size, cfg.vocab_type,
              len(chosen), len(kept))
+    if not cfg.joint_vocab:
+        return SeparateTokenizer.train(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen),
+                                       path.parent / SeparateTokenizer.file_name, cfg.vocab_size, cfg.vocab_type, seed)
     sentences = chain(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen))
     return SentencePieceTokenizer.train(sentences, path, cfg.vocab_size, cfg.vocab_type, seed)
 

@@ -54,6 +54,7 @@ from transformer_mt import __version__
 from transformer_mt.config import CHECKPOINT_CHOICES
 from transformer_mt.data.specials import BOS_ID, EOS_ID, UNK_ID
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizers import require_joint
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_write_text
 from transformer_mt.interop.folders import check_out_dir, write_folder
@@ -85,6 +86,7 @@ def export_ctranslate2(
     run, out = RunDir(Path(run_dir)), Path(out_dir)
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint)
+    require_joint(tokenizer, "the CTranslate2 export (shared_vocabulary.json)")
     spec = build_spec(model, tokenizer, getattr(cfg.model, "activation", "relu"), str(run.root))
     for path in run.tokenizer_files():  # tokenizer.model, or an imported run's vocab.json + spm models
         spec.register_file(str(path), path.name)

@@ -55,6 +55,7 @@ import torch
 from transformer_mt import __version__
 from transformer_mt.config import CHECKPOINT_CHOICES, Config
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_mt.data.tokenizers import require_joint
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path, atomic_write_text
 from transformer_mt.interop.folders import check_out_dir, write_folder
@@ -81,6 +82,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str = "best"
     run, out = RunDir(Path(run_dir)), Path(out_dir)
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint)
+    require_joint(tokenizer, "the Hugging Face export (one vocab.json and one embedding)")
     where = str(run.root)
     check_exportable(cfg, model, where)
     pieces = vocabulary(tokenizer, model, where)

@@ -64,7 +64,8 @@ def removed_on_failure(run: RunDir, active: bool) -> Iterator[None]:
 
 
 def train_vocabulary(cfg: Config, run: RunDir) -> Tokenizer:
-    """Train the run's joint sentencepiece vocabulary (what `transformer-mt vocab` does)."""
+    """Train the run's sentencepiece vocabulary, joint or one per side as data.joint_vocab
+    says (what `transformer-mt vocab` does)."""
     run.check_writable()
     if run.tokenizer_file.is_file():
         raise UserError(f"{run.tokenizer_file}: exists already; a run keeps its vocabulary (use a new --run)")

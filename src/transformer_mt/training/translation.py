@@ -1,5 +1,5 @@
-"""Translation as a training task (training/task.py): a parallel corpus, its joint
-vocabulary and prepared arrays, the encoder-decoder, teacher forcing, and validation by
+"""Translation as a training task (training/task.py): a parallel corpus, its joint (or
+separate source and target) vocabulary and prepared arrays, the encoder-decoder, teacher forcing, and validation by
 decoding the validation set with the same Translator call `evaluate` makes."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from transformer_mt.data.corpus_files import corpus_paths
 from transformer_mt.data.prepare import Limits, PreparedData, prepare_corpus, require_prepared
 from transformer_mt.data.specials import PAD_ID
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizers import vocab_sizes
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
 from transformer_mt.device import autocast, resolve_precision
 from transformer_mt.evaluation import score
@@ -80,15 +81,15 @@ class TranslationTask:
             if cfg.train.init_from and not run.tokenizer_file.is_file():
                 copy_tokenizer(RunDir(Path(cfg.train.init_from)).require(), run)
             tokenizer = load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer_file, cfg.train.seed)
-            data = prepare_corpus(paths, run.tokenizer_file, len(tokenizer), run.prepared, limits,
+            data = prepare_corpus(paths, run.tokenizer_file, max(vocab_sizes(tokenizer)), run.prepared, limits,
                                   may_rebuild=not list_checkpoints(run.checkpoints), progress=progress)
         barrier(ctx)
         if not ctx.is_main:
             paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
             tokenizer = run.read_tokenizer()
             data = require_prepared(paths, run.tokenizer_file, run.prepared, limits)
-        vocab = len(tokenizer)
-        cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab))
+        source, target = vocab_sizes(tokenizer)
+        cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=source, tgt_vocab_size=target))
         if ctx.is_main and not run.config.is_file():
             run.write_config(cfg)
         return cls(cfg, tokenizer, data)
