@@ -25,6 +25,7 @@ CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs
 PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
+POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
@@ -87,6 +88,7 @@ class ModelConfig:
     tgt_vocab_size: int = 0
     activation: str = "relu"
     positional_layout: str = "interleaved"
+    positional: str = "sinusoidal"
 
     def validate(self) -> None:
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
@@ -109,6 +111,7 @@ class ModelConfig:
         _require(self.activation in ACTIVATIONS, "model.activation", f"must be one of {', '.join(ACTIVATIONS)}")
         _require(self.positional_layout in POSITIONAL_LAYOUTS, "model.positional_layout",
                  f"must be one of {', '.join(POSITIONAL_LAYOUTS)}")
+        _require(self.positional in POSITIONALS, "model.positional", f"must be one of {', '.join(POSITIONALS)}")
 
     @property
     def attention_p(self) -> float:
