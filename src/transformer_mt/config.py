@@ -146,6 +146,7 @@ class DataConfig:
     vocab_size: int = 8000
     vocab_type: str = "bpe"
     vocab_sample: int = 2_000_000
+    train_pairs: int = 0
     max_tokens: int = 4096
     max_len: int = 250
     max_len_ratio: float = 3.0
@@ -156,6 +157,7 @@ class DataConfig:
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
         _require(self.vocab_type in ("bpe", "unigram"), "data.vocab_type", "must be 'bpe' or 'unigram'")
         _require(self.vocab_sample >= 2, "data.vocab_sample", "must be at least 2 (sentences)")
+        _require(self.train_pairs >= 0, "data.train_pairs", "must be >= 0 (0 = every training pair)")
         _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
         _require(self.max_len_ratio >= 1.0, "data.max_len_ratio", "must be >= 1")

@@ -50,6 +50,7 @@ def test_overrides_apply() -> None:
         ("--model.activation=tanh", "model.activation: must be one of relu, swish, gelu"),
         ("--model.positional_layout=random", "model.positional_layout: must be one of interleaved, halves"),
         ("--model.positional=rotary", "model.positional: must be one of sinusoidal, learned"),
+        ("--data.train_pairs=-1", "data.train_pairs: must be >= 0 (0 = every training pair)"),
         ("--trian.seed=1", "trian: unknown section"),
     ],
 )

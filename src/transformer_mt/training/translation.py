@@ -73,7 +73,7 @@ class TranslationTask:
         files, the other ranks wait and map the same ones. The task's config has the
         vocabulary sizes filled in; config.yaml is written last, once everything before
         it succeeded."""
-        limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1)
+        limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1, cfg.data.train_pairs)
         if ctx.is_main:
             run.root.mkdir(parents=True, exist_ok=True)
             paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
