@@ -148,6 +148,7 @@ class DataConfig:
     vocab_sample: int = 2_000_000
     train_pairs: int = 0
     max_tokens: int = 4096
+    batch_sentences: int = 0
     max_len: int = 250
     max_len_ratio: float = 3.0
 
@@ -159,6 +160,7 @@ class DataConfig:
         _require(self.vocab_sample >= 2, "data.vocab_sample", "must be at least 2 (sentences)")
         _require(self.train_pairs >= 0, "data.train_pairs", "must be >= 0 (0 = every training pair)")
         _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
+        _require(self.batch_sentences >= 0, "data.batch_sentences", "must be >= 0 (0 = batches of data.max_tokens)")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
         _require(self.max_len_ratio >= 1.0, "data.max_len_ratio", "must be >= 1")
 

@@ -98,7 +98,7 @@ class TranslationTask:
 
     def train_batches(self, seed: int, rank: int, world_size: int, accumulate: int) -> BatchStream:
         return BatchStream(self.data.train_src, self.data.train_tgt, self.cfg.data.max_tokens, seed, rank,
-                           world_size, accumulate)
+                           world_size, accumulate, self.cfg.data.batch_sentences)
 
     def loss_view(self, model: EncoderDecoder) -> TeacherForcing:
         return TeacherForcing(model)
