@@ -26,6 +26,7 @@ PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
 VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sentencepiece_tokenizer.py
+POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
@@ -88,6 +89,7 @@ class ModelConfig:
     tgt_vocab_size: int = 0
     activation: str = "relu"
     positional_layout: str = "interleaved"
+    positional: str = "sinusoidal"
 
     def validate(self) -> None:
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
@@ -110,6 +112,7 @@ class ModelConfig:
         _require(self.activation in ACTIVATIONS, "model.activation", f"must be one of {', '.join(ACTIVATIONS)}")
         _require(self.positional_layout in POSITIONAL_LAYOUTS, "model.positional_layout",
                  f"must be one of {', '.join(POSITIONAL_LAYOUTS)}")
+        _require(self.positional in POSITIONALS, "model.positional", f"must be one of {', '.join(POSITIONALS)}")
 
     @property
     def attention_p(self) -> float:
@@ -145,7 +148,9 @@ class DataConfig:
     vocab_type: str = "bpe"
     vocab_sample: int = 2_000_000
     joint_vocab: bool = True
+    train_pairs: int = 0
     max_tokens: int = 4096
+    batch_sentences: int = 0
     max_len: int = 250
     max_len_ratio: float = 3.0
 
@@ -155,7 +160,9 @@ class DataConfig:
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
         _require(self.vocab_type in VOCAB_TYPES, "data.vocab_type", f"must be one of {', '.join(VOCAB_TYPES)}")
         _require(self.vocab_sample >= 2, "data.vocab_sample", "must be at least 2 (sentences)")
+        _require(self.train_pairs >= 0, "data.train_pairs", "must be >= 0 (0 = every training pair)")
         _require(self.max_tokens >= 1, "data.max_tokens", "must be positive")
+        _require(self.batch_sentences >= 0, "data.batch_sentences", "must be >= 0 (0 = batches of data.max_tokens)")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
         _require(self.max_len_ratio >= 1.0, "data.max_len_ratio", "must be >= 1")
 

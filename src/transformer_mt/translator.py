@@ -115,7 +115,7 @@ class Translator:
         self.defaults = defaults
         self.device = device
         self.int8 = is_int8(model)  # int8 Linear layers take float32 activations: no bf16 autocast
-        self.max_source = model.positional.pe.size(0) - 1  # room for eos
+        self.max_source = model.positional.max_positions - 1  # room for eos
 
     @classmethod
     def from_run(

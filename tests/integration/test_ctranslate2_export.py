@@ -7,7 +7,7 @@ embedding row keeps a value that would hide a mapping mistake), and the run is e
 and compared with our model on the CPU in float32: CTranslate2's `score_batch`
 log-probabilities with our teacher-forced log-softmax, and its greedy and beam (length
 penalty 0) outputs with `Translator.search`, for pre- and post-norm, tied and untied
-embeddings."""
+embeddings, sinusoidal and learned positions."""
 
 from __future__ import annotations
 
@@ -44,12 +44,13 @@ SOURCES = [
 ]
 TARGETS = ["w4 w3", "w1 w1 w1 w1 w1", "w9", "", "w2 w4 w1 w0 w9 w9 w7 w3 w5 w6 w0", "w5 ç w1", "w8 w0"]
 
-# name: (model.norm_first, model.tie_embeddings, model.share_vocab)
+# name: (model.norm_first, model.tie_embeddings, model.share_vocab, model.positional)
 VARIANTS = {
-    "pre-norm, tied, shared": (True, True, True),
-    "post-norm, untied, own source embeddings": (False, False, False),
-    "pre-norm, untied, shared": (True, False, True),
-    "post-norm, tied, own source embeddings": (False, True, False),
+    "pre-norm, tied, shared": (True, True, True, "sinusoidal"),
+    "post-norm, untied, own source embeddings": (False, False, False, "sinusoidal"),
+    "pre-norm, untied, shared": (True, False, True, "sinusoidal"),
+    "post-norm, tied, own source embeddings": (False, True, False, "sinusoidal"),
+    "post-norm, tied, shared, learned positions": (False, True, True, "learned"),
 }
 
 
@@ -64,12 +65,12 @@ class Exported:
         return [self.ours.tokenizer.pieces(line) for line in lines]
 
 
-def make_run(run: Path, norm_first: bool, tie: bool, share: bool, seed: int) -> Path:
+def make_run(run: Path, norm_first: bool, tie: bool, share: bool, positional: str, seed: int) -> Path:
     """A copy-task run trained for TRAIN_STEPS steps whose best.safetensors holds the
     trained weights with noise added to every parameter."""
     flag = {True: "true", False: "false"}
     fit(tiny_config(model__norm_first=flag[norm_first], model__tie_embeddings=flag[tie],
-                    model__share_vocab=flag[share], model__max_positions=MAX_POSITIONS,
+                    model__share_vocab=flag[share], model__positional=positional, model__max_positions=MAX_POSITIONS,
                     data__max_len=MAX_POSITIONS - 4, data__task_size=1000, train__max_steps=TRAIN_STEPS,
                     train__valid_every=TRAIN_STEPS, train__warmup_steps=50, train__lr_scale=0.5,
                     decode__max_len_b=200),  # every output limit is then the table's: max_positions - 1
@@ -86,9 +87,9 @@ def make_run(run: Path, norm_first: bool, tie: bool, share: bool, seed: int) -> 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Exported]:
     found = {}
-    for seed, (name, (norm_first, tie, share)) in enumerate(VARIANTS.items(), start=1):
+    for seed, (name, (norm_first, tie, share, positional)) in enumerate(VARIANTS.items(), start=1):
         root = tmp_path_factory.mktemp(f"variant{seed}")
-        run = make_run(root / "run", norm_first, tie, share, seed)
+        run = make_run(root / "run", norm_first, tie, share, positional, seed)
         out = export_ctranslate2(run, root / "ct2")
         theirs = ctranslate2.Translator(str(out), device="cpu", compute_type="float32", intra_threads=2)
         found[name] = Exported(run, out, Translator.from_run(run, device="cpu"), theirs)

@@ -49,6 +49,8 @@ def test_overrides_apply() -> None:
         ("--decode.beam=0", "decode.beam: must be at least 1"),
         ("--model.activation=tanh", "model.activation: must be one of relu, swish, gelu"),
         ("--model.positional_layout=random", "model.positional_layout: must be one of interleaved, halves"),
+        ("--model.positional=rotary", "model.positional: must be one of sinusoidal, learned"),
+        ("--data.train_pairs=-1", "data.train_pairs: must be >= 0 (0 = every training pair)"),
         ("--trian.seed=1", "trian: unknown section"),
     ],
 )
@@ -142,4 +144,4 @@ def test_shape_keys_are_the_model_fields_but_the_dropouts() -> None:
     keys = ModelConfig.shape_keys()
     assert not {"dropout", "attention_dropout", "activation_dropout"} & set(keys)
     assert {"n_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
-            "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout"} == set(keys)
+            "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout", "positional"} == set(keys)

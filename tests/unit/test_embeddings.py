@@ -1,4 +1,4 @@
-"""Embeddings and the sinusoidal positional encoding (section 3.4, 3.5)."""
+"""Embeddings, the sinusoidal positional encoding (section 3.4, 3.5) and the learned one (Table 3 row E)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from transformer_mt.model.embeddings import Embeddings, PositionalEncoding, sinusoidal_encoding
+from transformer_mt.model.embeddings import (
+    Embeddings,
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    sinusoidal_encoding,
+)
 
 
 @pytest.mark.parametrize("pos,i", [(0, 0), (1, 0), (1, 1), (7, 3), (50, 10), (99, 31)])
@@ -61,3 +66,41 @@ def test_halves_layout_puts_the_same_sines_first_and_cosines_second(d_model: int
     torch.testing.assert_close(module.pe, halves)
     with pytest.raises(ValueError, match="layout"):
         sinusoidal_encoding(4, 4, "diagonal")
+
+
+def test_learned_table_is_a_trained_parameter_added_with_offset() -> None:
+    """model.positional learned (Table 3 row E): a (max_positions, d_model) parameter whose
+    rows offset .. offset + T - 1 are added to the input; the positions used get gradients,
+    the others none."""
+    torch.manual_seed(0)
+    module = LearnedPositionalEmbedding(8, dropout=0.0, max_positions=20).eval()
+    assert module.max_positions == 20
+    assert [name for name, _ in module.named_parameters()] == ["embedding.weight"]
+    assert module.table() is module.embedding.weight and module.table().shape == (20, 8)
+    x = torch.randn(2, 3, 8)
+    out = module(x, offset=5)
+    torch.testing.assert_close(out, x + module.embedding.weight.detach()[5:8])
+    out.pow(2).sum().backward()
+    grad = module.embedding.weight.grad
+    assert grad is not None and grad[5:8].abs().sum(dim=1).min() > 0
+    assert grad[:5].abs().sum() == 0 and grad[8:].abs().sum() == 0
+    with pytest.raises(ValueError, match="model.max_positions"):
+        module(torch.zeros(1, 21, 8))
+
+
+def test_learned_table_starts_small_and_random() -> None:
+    """N(0, d_model^-0.5): each row has a norm near 1, far below a scaled token embedding's,
+    and rows differ (a constant start would not tell positions apart)."""
+    torch.manual_seed(0)
+    d_model = 256
+    table = LearnedPositionalEmbedding(d_model, dropout=0.0, max_positions=512).table().detach()
+    assert table.std().item() == pytest.approx(d_model ** -0.5, rel=0.05)
+    assert table.mean().abs().item() < 0.01
+    assert table.norm(dim=1).mean().item() == pytest.approx(1.0, rel=0.05)
+
+
+def test_both_positional_modules_tell_their_length_and_table_alike() -> None:
+    sinusoid = PositionalEncoding(8, dropout=0.0, max_positions=20)
+    assert sinusoid.max_positions == 20
+    torch.testing.assert_close(sinusoid.table(), sinusoidal_encoding(20, 8))
+    assert "pe" not in sinusoid.state_dict()  # computed, not stored: checkpoints keep no sinusoid

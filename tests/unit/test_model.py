@@ -182,3 +182,30 @@ def test_feed_forward_activation(activation: str, function) -> None:
     model = build_model(cfg)
     assert model.encoder.layers[0].feed_forward.activation == activation
     assert model.generator.never_emitted() == []
+
+
+def test_learned_positions_replace_the_sinusoid_in_the_model() -> None:
+    """model.positional learned: the table is a stored, trained parameter (positional.embedding.weight),
+    it keeps its N(0, d_model^-0.5) start through build_model's Xavier pass, every model
+    parameter but it is the sinusoidal model's, and cached decoding still equals the full pass."""
+    from transformer_mt.model.embeddings import LearnedPositionalEmbedding
+
+    model = small_model(norm_first=True, positional="learned")
+    sinusoidal = small_model(norm_first=True)
+    assert isinstance(model.positional, LearnedPositionalEmbedding)
+    assert set(model.state_dict()) - set(sinusoidal.state_dict()) == {"positional.embedding.weight"}
+    assert set(sinusoidal.state_dict()) <= set(model.state_dict())
+    table = model.positional.table().detach()
+    assert table.shape == (64, 32)
+    assert float(table.std()) == pytest.approx(32 ** -0.5, rel=0.1)  # Xavier on (64, 32) would give ~0.144
+    src, tgt = batch()
+    mask = padding_mask(src, PAD)
+    model.zero_grad()
+    model.generator(model(src, tgt, mask, target_mask(tgt, PAD))).sum().backward()
+    assert model.positional.embedding.weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        full = model.decode(memory, mask, tgt)
+        cache = model.decoder.init_cache()
+        steps = [model.decode(memory, mask, tgt[:, t : t + 1], cache=cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)

@@ -6,6 +6,12 @@ for eos (source, target output) or bos (target input), so no batch's tensors exc
 max_tokens. Sorting by length keeps padding low; the order of batches is shuffled from
 (seed, epoch) alone, so a resumed run sees exactly the batches it would have seen.
 
+With `batch_sentences` S > 0 (data.batch_sentences) an epoch is instead cut into batches
+of exactly S sentences drawn in a random order, as a DataLoader(batch_size=S, shuffle=True)
+gives them (the study notes' batches): the last n % S sentences of an epoch are dropped,
+so every batch holds S (a new epoch reshuffles, so none is left out for good); a corpus
+of fewer than S sentences makes one batch of all of them.
+
 Sentences are `Sequences`: one flat array of ids plus offsets, memory-mapped from the
 prepared data (data/prepare.py), so a corpus of millions of pairs costs a process only
 its length arrays and the batch plan (numpy), never a Python list per sentence."""
@@ -107,6 +113,18 @@ def plan_batches(
     return BatchPlan(order.astype(np.int32 if len(order) < 2**31 else np.int64), np.asarray(bounds), shuffled)
 
 
+def plan_sentence_batches(count: int, batch_sentences: int, seed: int = 0, epoch: int = 0) -> BatchPlan:
+    """Cut `count` examples, in a random order drawn from (seed, epoch), into batches of
+    exactly `batch_sentences`; the last count % batch_sentences of that order are left out
+    (all `count` make one batch when count < batch_sentences). The order is already
+    random, so the batches are taken as cut."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(count)
+    full = count // batch_sentences
+    bounds = np.arange(full + 1) * batch_sentences if full else np.array([0, count])
+    return BatchPlan(order.astype(np.int32 if count < 2**31 else np.int64), bounds, np.arange(len(bounds) - 1))
+
+
 def batch_indices(
     src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int, seed: int = 0, epoch: int = 0
 ) -> list[list[int]]:
@@ -133,7 +151,8 @@ class BatchStream:
     block of `accumulate` of them. So N processes with `accumulate: k` see exactly the
     batches of one process with `accumulate: N * k`. An epoch is a whole number of
     steps: its last batches that do not fill a step are left out (and a corpus with
-    fewer batches than one step repeats them)."""
+    fewer batches than one step repeats them). Batches are token batches of `max_tokens`,
+    or, with `batch_sentences` > 0, batches of that many sentences (plan_sentence_batches)."""
 
     def __init__(
         self,
@@ -144,11 +163,12 @@ class BatchStream:
         rank: int = 0,
         world_size: int = 1,
         accumulate: int = 1,
+        batch_sentences: int = 0,
     ) -> None:
         self.src, self.tgt = as_sequences(src), as_sequences(tgt)
         if len(self.src) == 0:
             raise ValueError("BatchStream needs at least one example")
-        self.max_tokens, self.seed = max_tokens, seed
+        self.max_tokens, self.batch_sentences, self.seed = max_tokens, batch_sentences, seed
         self.rank, self.world_size, self.accumulate = rank, world_size, accumulate
         self.src_lens, self.tgt_lens = self.src.lengths(), self.tgt.lengths()
         self.epoch, self.position = 0, 0
@@ -156,7 +176,10 @@ class BatchStream:
 
     def _epoch_batches(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
         """The epoch's plan and the batches of it this rank takes, in order."""
-        plan = plan_batches(self.src_lens, self.tgt_lens, self.max_tokens, self.seed, epoch)
+        if self.batch_sentences:
+            plan = plan_sentence_batches(len(self.src_lens), self.batch_sentences, self.seed, epoch)
+        else:
+            plan = plan_batches(self.src_lens, self.tgt_lens, self.max_tokens, self.seed, epoch)
         step, k = self.world_size * self.accumulate, self.accumulate
         usable = max(step, len(plan) // step * step)
         starts = np.arange(0, usable, step)[:, None] + self.rank * k + np.arange(k)[None, :]

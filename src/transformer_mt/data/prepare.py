@@ -14,7 +14,8 @@ which validate them (UTF-8, with the line number), skip pairs with an empty side
 and filter them (training) or truncate them (validation) exactly as before. Through the
 page cache, every rank on a machine shares one copy of the arrays, and a resume re-reads
 nothing. The manifest ties the arrays to the corpus files (size, mtime, sha256) and to
-the tokenizer: a changed input is re-prepared, or refused once training has started."""
+the tokenizer, and to the settings that decide which pairs are kept (Limits, data.train_pairs
+among them): a changed input is re-prepared, or refused once training has started."""
 
 from __future__ import annotations
 
@@ -51,12 +52,15 @@ SIDES = ("src", "tgt")
 
 @dataclass(frozen=True)
 class Limits:
-    """What decides which ids are kept: training pairs longer than max_len or with a length
-    ratio above max_ratio are dropped; validation sides are cut to `truncate` ids."""
+    """What decides which ids are kept: only the first `train_pairs` usable training pairs
+    are read (0: all; data.train_pairs, the notes' select(range(N))), of which those longer
+    than max_len or with a length ratio above max_ratio are dropped; validation sides are
+    cut to `truncate` ids."""
 
     max_len: int
     max_ratio: float
     truncate: int
+    train_pairs: int = 0
 
 
 @dataclass
@@ -148,9 +152,24 @@ def encode_chunk(chunk: Chunk, model: str, digest: str, limits: Limits, dtype: s
 
 
 # ---- main side ------------------------------------------------------------------------
-def chunks(split: str, pair: PathPair) -> Iterator[Chunk]:
-    """The split's pairs in chunks of CHUNK_LINES lines (line counts checked as they stream)."""
+def first_usable(pairs: Iterable[tuple[bytes, bytes]], count: int, pair: PathPair) -> Iterator[tuple[bytes, bytes]]:
+    """The raw pairs up to and including the `count`-th usable one (neither side empty: the
+    rule the workers and the vocabulary apply), so the workers keep exactly the first
+    `count` usable pairs. The rest of the corpus is not read."""
+    usable = 0
+    for number, (src, tgt) in enumerate(pairs, start=1):
+        yield src, tgt
+        usable += usable_pair(decode_line(src, number, str(pair[0])), decode_line(tgt, number, str(pair[1])))
+        if usable == count:
+            return
+
+
+def chunks(split: str, pair: PathPair, train_pairs: int = 0) -> Iterator[Chunk]:
+    """The split's pairs in chunks of CHUNK_LINES lines (line counts checked as they stream);
+    for training with `train_pairs`, only the lines that hold the first that many usable pairs."""
     pairs = iter_raw_pairs(*pair)
+    if split == "train" and train_pairs:
+        pairs = first_usable(pairs, train_pairs, pair)
     first = 1
     while batch := list(islice(pairs, CHUNK_LINES)):
         yield Chunk(split, (str(pair[0]), str(pair[1])), first, [s for s, _ in batch], [t for _, t in batch])
@@ -181,14 +200,14 @@ def count_lines(path: Path) -> int:
 
 
 def encode_split(split: str, pair: PathPair, out: Path, encode: Callable[[Chunk], EncodedChunk],
-                 workers: int, progress: bool) -> dict[str, int]:
+                 workers: int, progress: bool, train_pairs: int = 0) -> dict[str, int]:
     """Encode one split into out/{split}.{src,tgt}.ids + offsets; returns its counts."""
     totals = dict(lines=0, skipped=0, filtered=0, truncated_src=0, truncated_tgt=0)
     lens: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
     bar = tqdm(total=count_lines(pair[0]) if progress else None, disable=not progress, unit=" lines",
                unit_scale=True, desc=f"encoding {split}", dynamic_ncols=True)
     with atomic_open(out / f"{split}.src.ids") as src_out, atomic_open(out / f"{split}.tgt.ids") as tgt_out:
-        for result in map_bounded(encode, chunks(split, pair), workers):
+        for result in map_bounded(encode, chunks(split, pair, train_pairs), workers):
             src_out.write(result.src_ids.tobytes())
             tgt_out.write(result.tgt_ids.tobytes())
             lens["src"].append(result.src_lens)
@@ -214,6 +233,10 @@ def report(split: str, pair: PathPair, counts: dict[str, int], limits: Limits) -
     if counts["pairs"] == 0:
         raise CorpusError(f"{pair[0]}: every training pair was dropped by data.max_len={limits.max_len} "
                           f"or data.max_len_ratio={limits.max_ratio}; raise them")
+    usable = counts["lines"] - counts["skipped"]
+    if split == "train" and 0 < usable < limits.train_pairs:
+        log.warning("%s: data.train_pairs is %d but the corpus has only %d usable pairs; training on all of them",
+                    pair[0], limits.train_pairs, usable)
     if counts["filtered"]:
         log.warning("dropped %d training pair(s) longer than %d subwords or with a length ratio above %g",
                     counts["filtered"], limits.max_len, limits.max_ratio)
@@ -269,7 +292,8 @@ def stale(out: Path, files: dict[str, Path], limits: Limits) -> str | None:
         return "not prepared yet"
     except (OSError, ValueError) as err:
         return f"{out / 'manifest.json'}: unreadable ({err})"
-    if manifest.get("format") != FORMAT or manifest.get("limits") != asdict(limits):
+    saved = {"train_pairs": 0, **(manifest.get("limits") or {})}  # prepared before data.train_pairs: all
+    if manifest.get("format") != FORMAT or saved != asdict(limits):
         return f"prepared with other settings ({manifest.get('limits')})"
     if set(manifest["files"]) != set(files):
         return f"prepared from the files {sorted(manifest['files'])}, now given {sorted(files)}"
@@ -314,7 +338,8 @@ def build(out: Path, paths: CorpusPaths, files: dict[str, Path], limits: Limits,
     for split in ("train", "valid"):
         pair = getattr(paths, split)
         if pair:
-            counts[split] = encode_split(split, pair, out, encode, workers if split == "train" else 1, progress)
+            counts[split] = encode_split(split, pair, out, encode, workers if split == "train" else 1, progress,
+                                         limits.train_pairs)
             report(split, pair, counts[split], limits)
     manifest = {"format": FORMAT, "dtype": dtype, "limits": asdict(limits), "counts": counts,
                 "files": {key: fingerprint(path) for key, path in files.items()}}

@@ -33,6 +33,8 @@ def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: 
     if path.is_file():  # tokenizer.model, source.model, or an imported run's vocab.json
         return load_tokenizer(path)
     kept = nonempty_pairs(train)
+    if cfg.train_pairs:  # only the pairs training will see (prepare.first_usable keeps the same)
+        kept = kept[: cfg.train_pairs]
     chosen = kept
     if 2 * len(kept) > cfg.vocab_sample:
         rng = np.random.default_rng(seed)

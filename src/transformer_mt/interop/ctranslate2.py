@@ -20,7 +20,8 @@ specs and converters, and checked by tests/integration/test_ctranslate2_export.p
   linear[2] = out_proj. Feed-forward: linear_0 = w_1, ReLU, linear_1 = w_2.
 - Embeddings are multiplied by the model's scale, sqrt(d_model) (`scale_embeddings` takes
   the value itself). Tied weights are written once (`spec.optimize` aliases equal tensors).
-- Positions: our table (sin/cos interleaved, from position 0) is passed as
+- Positions: our table (sin/cos interleaved, from position 0, or the learned table of
+  model.positional learned, the same one to both stacks) is passed as
   `position_encodings`; CTranslate2 adds row t to the token at position t, row 0 to the
   first, and raises "No position encodings are defined for positions >= N" for a
   sequence longer than the table. Its own sinusoid ([sin | cos], from position 1, another
@@ -95,7 +96,7 @@ def export_ctranslate2(
         spec.optimize(quantization=quantization)
     except ValueError as err:  # a spec the mapping above did not fill: a bug, said in one line
         raise UserError(f"{run.root}: CTranslate2 rejected the exported model ({str(err).strip()})") from None
-    max_positions = model.positional.pe.size(0)
+    max_positions = model.positional.max_positions
     metadata = {
         "exported_from": str(run.root), "checkpoint": checkpoint, "quantization": quantization,
         "transformer_mt": __version__, "ctranslate2": ctranslate2.__version__,
@@ -202,11 +203,12 @@ def _normalisation(model: EncoderDecoder, where: str) -> tuple[bool, bool]:
 
 
 def _set_stack_inputs(stack_spec: Any, model: EncoderDecoder, embed: nn.Module, take: _Weights) -> None:
-    """Embeddings (one table for the encoder), their scale, and our positional table."""
+    """Embeddings (one table for the encoder), their scale, and our positional table: the
+    sinusoid or the learned one alike, as CTranslate2 adds whichever table it is given."""
     embeddings = stack_spec.embeddings[0] if isinstance(stack_spec.embeddings, list) else stack_spec.embeddings
     embeddings.weight = take(embed.lut.weight)
     stack_spec.scale_embeddings = float(embed.scale)  # the value itself (1.0: no scaling), not a flag
-    stack_spec.position_encodings.encodings = model.positional.pe.detach().to("cpu", torch.float32).clone()
+    stack_spec.position_encodings.encodings = take(model.positional.table())  # a parameter when learned
 
 
 def _set_linear(linear_spec: Any, linear: nn.Linear, take: _Weights) -> None:

@@ -111,11 +111,14 @@ def training(run: RunDir, cfg: Config, checkpoint: str, validations: list[dict[s
     d = cfg.data
     data = (f"the built-in `{d.task}` task ({d.task_size} pairs)" if d.task else
             f"`{d.train_src}` \u2192 `{d.train_tgt}` (validation: `{d.valid_src}` \u2192 `{d.valid_tgt}`)")
+    if d.train_pairs:
+        data += f", its first {d.train_pairs} usable pairs (data.train_pairs)"
+    batch = f"{d.batch_sentences} sentences" if d.batch_sentences else f"{d.max_tokens} tokens"
     steps = max((e["step"] for e in read_events(run.metrics)), default=None)
     done = f"{steps} steps" if steps is not None else "no training steps recorded"
     return (f"## Training\n\n{origin}Data: {data}; joint sentencepiece vocabulary ({d.vocab_type}, "
             f"{d.vocab_size} pieces asked).\n\nTraining: {done} (train.max_steps {cfg.train.max_steps}, "
-            f"{d.max_tokens} tokens per batch x {cfg.train.accumulate} accumulated, warmup "
+            f"{batch} per batch x {cfg.train.accumulate} accumulated, warmup "
             f"{cfg.train.warmup_steps}, label smoothing {cfg.train.label_smoothing}); exported checkpoint: `{checkpoint}`. The run's full configuration is "
             "`transformer_mt_config.yaml` in this folder; `transformer-mt train transformer_mt_config.yaml "
             "--run RUN` trains it again.\n")

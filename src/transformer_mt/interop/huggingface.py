@@ -121,6 +121,10 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str = "best"
 def check_exportable(cfg: Config, model: EncoderDecoder, where: str) -> None:
     """Refuse, in one line that says why and what to do, what no stock architecture holds."""
     m = cfg.model
+    if m.positional != "sinusoidal":
+        raise UserError(f"{where}: model.positional is {m.positional}; Marian and Pegasus add fixed sinusoids and "
+                        "have no learned position table, so the Hugging Face export cannot hold this model; "
+                        "export ctranslate2 can, or train with model.positional: sinusoidal")
     if not m.share_vocab or model.src_embed is not model.tgt_embed:
         raise UserError(f"{where}: model.share_vocab is false (two embedding matrices); the Hugging Face export "
                         "needs one shared embedding, as Marian and Pegasus have; train with model.share_vocab: true")
@@ -199,7 +203,7 @@ def layer_state(ours: dict[str, torch.Tensor], prefix: str, stack: str) -> dict[
 
 def halves_table(model: EncoderDecoder, cfg: Config) -> torch.Tensor:
     """Our positional table in the halves layout (the same numbers, reordered)."""
-    table = model.positional.pe.detach().to("cpu", torch.float32)
+    table = model.positional.table().detach().to("cpu", torch.float32)
     if cfg.model.positional_layout == "interleaved":
         table = table[:, interleaved_to_halves(cfg.model.d_model)]
     return table

@@ -1,4 +1,9 @@
-"""Input embeddings and the sinusoidal positional encoding (paper sections 3.4 and 3.5)."""
+"""Input embeddings and the positional encodings (paper sections 3.4 and 3.5): the
+sinusoid, or a learned table (Table 3 row E).
+
+Both positional modules tell their length the same way (`max_positions`) and show what
+they add at each position the same way (`table()`), so the translator and the exports
+need not know which one a model has."""
 
 from __future__ import annotations
 
@@ -52,20 +57,77 @@ def sinusoidal_encoding(max_positions: int, d_model: int, layout: str = "interle
     return pe.float()
 
 
+def _check_length(offset: int, length: int, max_positions: int) -> None:
+    """Refuse a sequence that reaches past the positional table, naming the key to raise."""
+    if offset + length > max_positions:
+        raise ValueError(
+            f"sequence of {offset + length} positions is longer than the model's "
+            f"maximum of {max_positions} (model.max_positions)"
+        )
+
+
 class PositionalEncoding(nn.Module):
-    """Adds the sinusoidal encoding to the embeddings, then applies dropout (section 5.4)."""
+    """Adds the sinusoidal encoding to the embeddings, then applies dropout (section 5.4).
+
+    The table is a non-persistent buffer: it is computed, not learned, so checkpoints do
+    not store it."""
 
     def __init__(self, d_model: int, dropout: float, max_positions: int = 1024, layout: str = "interleaved") -> None:
         super().__init__()
         self.dropout = Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_positions, d_model, layout), persistent=False)
 
+    @property
+    def max_positions(self) -> int:
+        """The number of positions the table holds (model.max_positions)."""
+        return self.pe.size(0)
+
+    def table(self) -> torch.Tensor:
+        """(max_positions, d_model): what is added to the embedding at each position."""
+        return self.pe
+
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""
         length = x.size(1)
-        if offset + length > self.pe.size(0):
-            raise ValueError(
-                f"sequence of {offset + length} positions is longer than the model's "
-                f"maximum of {self.pe.size(0)} (model.max_positions)"
-            )
+        _check_length(offset, length, self.max_positions)
         return self.dropout(x + self.pe[offset : offset + length].to(x.dtype))
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A learned (max_positions, d_model) table added to the embeddings in place of the
+    sinusoid, then dropout: the paper's Table 3 row E ("positional embedding instead of
+    sinusoids"), which it found nearly identical in BLEU. One table serves the encoder
+    and the decoder, as the sinusoid it replaces does.
+
+    Initialisation: N(0, d_model^-0.5), as fairseq's learned positions. Each row then has
+    norm ~1, while a scaled token embedding (Xavier times sqrt(d_model)) has a norm of
+    d_model * sqrt(2 / (vocab + d_model)), about 8 at the presets' sizes: positions start
+    as a small random perturbation of the tokens that training grows as it needs, rather
+    than noise that drowns the tokens before anything is learned. Positions beyond the
+    longest training sequence get no gradient and keep this small random start."""
+
+    def __init__(self, d_model: int, dropout: float, max_positions: int = 1024) -> None:
+        super().__init__()
+        self.dropout = Dropout(dropout)
+        self.embedding = nn.Embedding(max_positions, d_model)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw the table from N(0, d_model^-0.5) (see the class docstring for why)."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=self.embedding.embedding_dim ** -0.5)
+
+    @property
+    def max_positions(self) -> int:
+        """The number of positions the table holds (model.max_positions)."""
+        return self.embedding.num_embeddings
+
+    def table(self) -> torch.Tensor:
+        """(max_positions, d_model): what is added to the embedding at each position."""
+        return self.embedding.weight
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""
+        length = x.size(1)
+        _check_length(offset, length, self.max_positions)
+        # rows offset .. offset + length - 1: (T, d_model), broadcast over the batch
+        return self.dropout(x + self.embedding.weight[offset : offset + length].to(x.dtype))

@@ -10,7 +10,7 @@ from transformer_mt.config import ModelConfig
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.decoder import Decoder
-from transformer_mt.model.embeddings import Embeddings, PositionalEncoding
+from transformer_mt.model.embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding
 from transformer_mt.model.encoder import Encoder
 
 
@@ -53,7 +53,7 @@ class EncoderDecoder(nn.Module):
         src_embed: Embeddings,
         tgt_embed: Embeddings,
         generator: Generator,
-        positional: PositionalEncoding,
+        positional: PositionalEncoding | LearnedPositionalEmbedding,
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -103,6 +103,9 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
     gets Xavier-uniform init, the tied embedding included (a default N(0, 1) embedding
     multiplied by sqrt(d_model) swamps the positional encoding and training stalls).
 
+    Positions (`positional`): the sinusoid of section 3.5, or a learned table (Table 3
+    row E) that keeps its own initialisation (embeddings.LearnedPositionalEmbedding).
+
     Dropout: `dropout` is the paper's residual dropout (sub-layer outputs, embedding sums);
     the attention weights and the feed-forward activation take `attention_dropout` and
     `activation_dropout`, which default to `dropout` (-1 in the config)."""
@@ -124,7 +127,7 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         src_embed,
         tgt_embed,
         generator,
-        PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions, cfg.positional_layout),
+        positional_module(cfg),
     )
     initialize(model)
     if cfg.tie_embeddings:
@@ -132,16 +135,28 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
     return model
 
 
+def positional_module(cfg: ModelConfig) -> PositionalEncoding | LearnedPositionalEmbedding:
+    """The positions model.positional names: "sinusoidal" (in model.positional_layout) or
+    "learned" (the layout, a property of the sinusoid, does not apply)."""
+    if cfg.positional == "learned":
+        return LearnedPositionalEmbedding(cfg.d_model, cfg.dropout, cfg.max_positions)
+    return PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions, cfg.positional_layout)
+
+
 def initialize(model: nn.Module) -> None:
     """Xavier-uniform for every matrix, zero biases. In attention, W^Q, W^K and W^V are
     each initialised as the d_model x d_model matrix the paper describes, though they are
     stored stacked in one (3 d_model, d_model) `in_proj`: its rows then have the spread
-    of a d x d matrix (std sqrt(1 / d_model)), not of one 3d x d matrix (sqrt(1 / 2 d_model))."""
+    of a d x d matrix (std sqrt(1 / d_model)), not of one 3d x d matrix (sqrt(1 / 2 d_model)).
+    A learned positional table is drawn anew by its own rule (not Xavier)."""
     attention_parts = set()
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.reset_parameters()
             attention_parts.update((id(module.in_proj), id(module.out_proj)))
+        if isinstance(module, LearnedPositionalEmbedding):
+            module.reset_parameters()
+            attention_parts.add(id(module.embedding))
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Embedding)) and id(module) not in attention_parts:
             nn.init.xavier_uniform_(module.weight)

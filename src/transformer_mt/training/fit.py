@@ -136,9 +136,11 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)
-            log.info("a step takes %d batch(es) of <= %d tokens: %d process(es) x train.accumulate %d "
-                     "(to keep the tokens per step when the process count changes, scale accumulate inversely)",
-                     ctx.world_size * t.accumulate, cfg.data.max_tokens, ctx.world_size, t.accumulate)
+            size = (f"{cfg.data.batch_sentences} sentences" if cfg.data.batch_sentences
+                    else f"<= {cfg.data.max_tokens} tokens")
+            log.info("a step takes %d batch(es) of %s: %d process(es) x train.accumulate %d "
+                     "(to keep the batch per step when the process count changes, scale accumulate inversely)",
+                     ctx.world_size * t.accumulate, size, ctx.world_size, t.accumulate)
         if trainer.resume():
             log.info("resumed %s at step %d", run.root, trainer.state.step)
         trainer.train()

@@ -74,7 +74,7 @@ class TranslationTask:
         files, the other ranks wait and map the same ones. The task's config has the
         vocabulary sizes filled in; config.yaml is written last, once everything before
         it succeeded."""
-        limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1)
+        limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1, cfg.data.train_pairs)
         if ctx.is_main:
             run.root.mkdir(parents=True, exist_ok=True)
             paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
@@ -99,7 +99,7 @@ class TranslationTask:
 
     def train_batches(self, seed: int, rank: int, world_size: int, accumulate: int) -> BatchStream:
         return BatchStream(self.data.train_src, self.data.train_tgt, self.cfg.data.max_tokens, seed, rank,
-                           world_size, accumulate)
+                           world_size, accumulate, self.cfg.data.batch_sentences)
 
     def loss_view(self, model: EncoderDecoder) -> TeacherForcing:
         return TeacherForcing(model)
