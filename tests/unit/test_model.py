@@ -156,8 +156,8 @@ def test_generator_gives_log_probabilities() -> None:
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3, 5))
 
 
-def test_cached_decoding_equals_full_pass() -> None:
-    model = small_model(norm_first=True)
+def assert_cached_decoding_equals_full_pass(model: torch.nn.Module) -> None:
+    """Decoding one position at a time with the cache gives the full pass' states."""
     src, tgt = batch()
     mask = padding_mask(src, PAD)
     with torch.no_grad():
@@ -166,6 +166,10 @@ def test_cached_decoding_equals_full_pass() -> None:
         cache = model.decoder.init_cache()
         steps = [model.decode(memory, mask, tgt[:, t : t + 1], cache=cache) for t in range(tgt.size(1))]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_cached_decoding_equals_full_pass() -> None:
+    assert_cached_decoding_equals_full_pass(small_model(norm_first=True))
 
 
 @pytest.mark.parametrize("activation, function", [("relu", torch.relu), ("swish", torch.nn.functional.silu),
@@ -203,9 +207,4 @@ def test_learned_positions_replace_the_sinusoid_in_the_model() -> None:
     model.zero_grad()
     model.generator(model(src, tgt, mask, target_mask(tgt, PAD))).sum().backward()
     assert model.positional.embedding.weight.grad.abs().sum() > 0
-    with torch.no_grad():
-        memory = model.encode(src, mask)
-        full = model.decode(memory, mask, tgt)
-        cache = model.decoder.init_cache()
-        steps = [model.decode(memory, mask, tgt[:, t : t + 1], cache=cache) for t in range(tgt.size(1))]
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert_cached_decoding_equals_full_pass(model)
