@@ -285,7 +285,7 @@ def load_run_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Token
 
 
 def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of model state dicts (the paper averages the last 5 checkpoints)."""
+    """Element-wise mean of model state dicts (the paper averaged the last 5 checkpoints for base, 20 for big)."""
     if not states:
         raise ValueError("nothing to average")
     averaged = {}
