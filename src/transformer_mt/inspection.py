@@ -166,9 +166,10 @@ def _forced_pass(translator: Translator, sentence: str, hypothesis: Hypothesis |
         with torch.inference_mode(), autocast(device, resolve_precision(settings.precision, device)):
             model(src, tgt_in, padding_mask(src, PAD_ID))
         encoder, decoder = model.encoder.layers, model.decoder.layers
-        pieces = translator.tokenizer.id_to_piece
-        maps = AttentionMaps(pieces(src[0].tolist()), pieces(tgt_in[0].tolist()), pieces(output), hypothesis.text,
-                             recorded.stacked([layer.self_attn for layer in encoder]),
+        tokenizer = translator.tokenizer
+        source_pieces = tokenizer.source_id_to_piece(src[0].tolist())  # the encoder's ids: the source vocabulary
+        maps = AttentionMaps(source_pieces, tokenizer.id_to_piece(tgt_in[0].tolist()), tokenizer.id_to_piece(output),
+                             hypothesis.text, recorded.stacked([layer.self_attn for layer in encoder]),
                              recorded.stacked([layer.self_attn for layer in decoder]),
                              recorded.stacked([layer.src_attn for layer in decoder]))
         yield maps, recorded

@@ -68,6 +68,17 @@ def test_translate_equals_the_trained_model(trained, tmp_path: Path) -> None:
     assert loaded.tokenizer.decode(ids) == german and loaded.tokenizer.id_to_piece(ids[0]) == target.id_to_piece(ids[0])
 
 
+def test_attention_labels_the_source_with_source_pieces(trained) -> None:
+    """The attention maps label encoder rows and columns with the source model's pieces (the
+    ids the encoder read), the decoder's with the target model's."""
+    run, _ = trained
+    source, target = SentencePieceTokenizer.load(run / "source.model"), SentencePieceTokenizer.load(run / "target.model")
+    translator = Translator.from_run(run, checkpoint="last", device="cpu")
+    maps = translator.attention(LINES[0])
+    assert maps.source == source.pieces(LINES[0]) + ["</s>"]
+    assert set(maps.target) <= set(target.id_to_piece(list(range(len(target)))))
+
+
 def test_the_exports_refuse_separate_vocabularies_in_one_line(trained, tmp_path: Path) -> None:
     run, _ = trained
     for export in (export_ctranslate2, export_hf):

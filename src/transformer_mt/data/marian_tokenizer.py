@@ -155,6 +155,15 @@ class MarianTokenizer:
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.pieces_of_rows[i] for i in ids]
 
+    def source_id_to_piece(self, ids: list[int]) -> list[str]:
+        """One vocabulary serves both sides: as id_to_piece."""
+        return self.id_to_piece(ids)
+
+    @property
+    def source_size(self) -> int:
+        """One vocabulary serves both sides: len(self)."""
+        return len(self)
+
     def piece_to_id(self, piece: str) -> int:
         """Our id of a piece; UNK_ID for a piece outside vocab.json."""
         return self.ids_of_pieces.get(piece, UNK_ID)

@@ -122,6 +122,15 @@ class SentencePieceTokenizer:
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.sp.IdToPiece(i) for i in ids]
 
+    def source_id_to_piece(self, ids: list[int]) -> list[str]:
+        """One vocabulary serves both sides: as id_to_piece."""
+        return self.id_to_piece(ids)
+
+    @property
+    def source_size(self) -> int:
+        """One vocabulary serves both sides: len(self)."""
+        return len(self)
+
     def piece_to_id(self, piece: str) -> int:
         """The id of a piece; UNK_ID for a piece outside the vocabulary."""
         return self.sp.PieceToId(piece)

@@ -80,6 +80,10 @@ class SeparateTokenizer:
         """The target pieces of target ids."""
         return self.target.id_to_piece(ids)
 
+    def source_id_to_piece(self, ids: list[int]) -> list[str]:
+        """The source pieces of source ids."""
+        return self.source.id_to_piece(ids)
+
     def piece_to_id(self, piece: str) -> int:
         """The target id of a piece; UNK_ID for a piece outside the target vocabulary."""
         return self.target.piece_to_id(piece)

@@ -61,6 +61,16 @@ class Tokenizer(Protocol):
         ...
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
+        """The pieces of output (target) ids."""
+        ...
+
+    def source_id_to_piece(self, ids: list[int]) -> list[str]:
+        """The pieces of source ids (the encoder's; with one vocabulary, as id_to_piece)."""
+        ...
+
+    @property
+    def source_size(self) -> int:
+        """The number of source ids, model.src_vocab_size (len() counts the target's)."""
         ...
 
     def piece_to_id(self, piece: str) -> int:

@@ -55,7 +55,7 @@ def find_tokenizer(folder: Path) -> Path:
 
 def vocab_sizes(tokenizer: Tokenizer) -> tuple[int, int]:
     """(source, target) numbers of ids: model.src_vocab_size and model.tgt_vocab_size."""
-    return (tokenizer.source_size if isinstance(tokenizer, SeparateTokenizer) else len(tokenizer)), len(tokenizer)
+    return tokenizer.source_size, len(tokenizer)
 
 
 def require_joint(tokenizer: Tokenizer, what: str) -> None:
