@@ -1,5 +1,5 @@
-"""The output folder of an export (CTranslate2, Hugging Face): checked before any work,
-written whole or not at all.
+"""The output folder of an export (CTranslate2, Hugging Face) or of an imported run:
+checked before any work, written whole or not at all.
 
 An export is built in a temporary folder beside --out, every file fsynced, then renamed
 into place; an existing folder is replaced (with --force) only once the new one is

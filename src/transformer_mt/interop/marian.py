@@ -48,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
 from datetime import datetime, timezone
@@ -65,6 +64,7 @@ from transformer_mt.data.specials import BOS_ID, PAD_ID
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path, atomic_write_text
 from transformer_mt.interop import joint
+from transformer_mt.interop.folders import write_folder
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
 from transformer_mt.runs import RunDir, save_weights
 
@@ -116,19 +116,14 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
         model.generator.proj.bias[never] = NEVER_LOGIT
     if ours:
         cfg, model = joint.restore(cfg, model, folder)
-    run.root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RunDir(run.root.with_name(f".{run.root.name}.import-{os.getpid()}"))
-    shutil.rmtree(tmp.root, ignore_errors=True)
-    try:
-        tmp.root.mkdir()
+    def fill(tmp_root: Path) -> None:
+        tmp = RunDir(tmp_root)
         write_tokenizer_files(folder, tmp.root, ours)
         tmp.write_config(cfg)
         save_weights(model, tmp.best)
         write_provenance(tmp, source, folder, hf, generation, never)
-        os.replace(tmp.root, run.root)
-    except BaseException:
-        shutil.rmtree(tmp.root, ignore_errors=True)
-        raise
+
+    write_folder(run.root.resolve(), fill)
     extra = "" if ours else " (+1 bos row)"
     log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords%s, activation %s", source, run.root,
              cfg.model.n_layers, cfg.model.n_layers, cfg.model.d_model, len(vocab), extra, cfg.model.activation)
