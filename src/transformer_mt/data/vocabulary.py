@@ -26,10 +26,9 @@ def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: 
     """The tokenizer named by `path` (a run's: RunDir.tokenizer_file): loaded if it exists,
     else trained on the training text: one joint vocabulary of both sides saved at `path`
     or, with data.joint_vocab false, one of each side saved beside it (source.model,
-    target.model). A
-    corpus of more than data.vocab_sample sentences is sampled (pairs drawn from the seed,
-    streamed from the files): the vocabulary of 2M sentences is as good as that of 9M, at a
-    fraction of the memory."""
+    target.model). A corpus of more than data.vocab_sample sentences is sampled (pairs
+    drawn from the seed, streamed from the files): the vocabulary of 2M sentences is as
+    good as that of 9M, at a fraction of the memory."""
     if path.is_file():  # tokenizer.model, source.model, or an imported run's vocab.json
         return load_tokenizer(path)
     kept = nonempty_pairs(train)

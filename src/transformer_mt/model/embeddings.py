@@ -57,16 +57,35 @@ def sinusoidal_encoding(max_positions: int, d_model: int, layout: str = "interle
     return pe.float()
 
 
-def _check_length(offset: int, length: int, max_positions: int) -> None:
-    """Refuse a sequence that reaches past the positional table, naming the key to raise."""
-    if offset + length > max_positions:
-        raise ValueError(
-            f"sequence of {offset + length} positions is longer than the model's "
-            f"maximum of {max_positions} (model.max_positions)"
-        )
+class AddedPositions(nn.Module):
+    """What both positional modules do with their table: add its rows for the positions
+    of x to x, then dropout (section 5.4). A subclass holds the table (`table()`) and a
+    `dropout` module."""
+
+    dropout: nn.Module
+
+    def table(self) -> torch.Tensor:
+        """(max_positions, d_model): what is added to the embedding at each position."""
+        raise NotImplementedError
+
+    @property
+    def max_positions(self) -> int:
+        """The number of positions the table holds (model.max_positions)."""
+        return self.table().size(0)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""
+        length = x.size(1)
+        if offset + length > self.max_positions:
+            raise ValueError(
+                f"sequence of {offset + length} positions is longer than the model's "
+                f"maximum of {self.max_positions} (model.max_positions)"
+            )
+        # rows offset .. offset + length - 1: (T, d_model), broadcast over the batch
+        return self.dropout(x + self.table()[offset : offset + length].to(x.dtype))
 
 
-class PositionalEncoding(nn.Module):
+class PositionalEncoding(AddedPositions):
     """Adds the sinusoidal encoding to the embeddings, then applies dropout (section 5.4).
 
     The table is a non-persistent buffer: it is computed, not learned, so checkpoints do
@@ -77,23 +96,11 @@ class PositionalEncoding(nn.Module):
         self.dropout = Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_positions, d_model, layout), persistent=False)
 
-    @property
-    def max_positions(self) -> int:
-        """The number of positions the table holds (model.max_positions)."""
-        return self.pe.size(0)
-
     def table(self) -> torch.Tensor:
-        """(max_positions, d_model): what is added to the embedding at each position."""
         return self.pe
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""
-        length = x.size(1)
-        _check_length(offset, length, self.max_positions)
-        return self.dropout(x + self.pe[offset : offset + length].to(x.dtype))
 
-
-class LearnedPositionalEmbedding(nn.Module):
+class LearnedPositionalEmbedding(AddedPositions):
     """A learned (max_positions, d_model) table added to the embeddings in place of the
     sinusoid, then dropout: the paper's Table 3 row E ("positional embedding instead of
     sinusoids"), which it found nearly identical in BLEU. One table serves the encoder
@@ -116,18 +123,5 @@ class LearnedPositionalEmbedding(nn.Module):
         """Draw the table from N(0, d_model^-0.5) (see the class docstring for why)."""
         nn.init.normal_(self.embedding.weight, mean=0.0, std=self.embedding.embedding_dim ** -0.5)
 
-    @property
-    def max_positions(self) -> int:
-        """The number of positions the table holds (model.max_positions)."""
-        return self.embedding.num_embeddings
-
     def table(self) -> torch.Tensor:
-        """(max_positions, d_model): what is added to the embedding at each position."""
         return self.embedding.weight
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x: (B, T, d_model); `offset` is the position of x[:, 0] (for cached decoding)."""
-        length = x.size(1)
-        _check_length(offset, length, self.max_positions)
-        # rows offset .. offset + length - 1: (T, d_model), broadcast over the batch
-        return self.dropout(x + self.embedding.weight[offset : offset + length].to(x.dtype))
