@@ -22,7 +22,6 @@ from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
 from transformer_mt.data.corpus import CorpusError, iter_raw_lines
 from transformer_mt.data.specials import EOS_ID, SPECIAL_IDS
-from transformer_mt.data.toy_corpora import toy_corpus_paths
 from transformer_mt.decoding.trace import Trace
 from transformer_mt.inspection import ATTENTION_KINDS, AttentionMaps
 from transformer_mt.runs import RunDir
@@ -213,20 +212,16 @@ class TranslationService:
 def example_sentence(run: str | Path, max_chars: int) -> str:
     """The first sentence of the run's validation source text (else its test source) of at
     most `max_chars` characters, so that the page opens with a translated example; "" when
-    the run has none to read (an imported model, or corpus files that have moved)."""
+    the run has none to read (an imported model, or corpus files that have moved). The
+    files are the ones `RunDir.text_files` finds, as the plots find theirs."""
     run_dir = RunDir(Path(run))
-    try:
-        data = run_dir.read_config().data
-    except (OSError, ValueError):
-        return ""
-    if data.task:
-        splits = toy_corpus_paths(run_dir.data)
-        candidates = [splits["valid"][0], splits["test"][0]]
-    else:
-        candidates = [Path(name) for name in (data.valid_src, data.test_src) if name]
-    for path in candidates:
+    for split in ("valid", "test"):
         try:
-            for number, raw in enumerate(iter_raw_lines(path), start=1):
+            source, _ = run_dir.text_files((split,))
+        except ValueError:  # no config.yaml, or no such text (UserError and ConfigError are ValueErrors)
+            continue
+        try:
+            for number, raw in enumerate(iter_raw_lines(source), start=1):
                 text = raw.decode("utf-8").strip()
                 if has_text(text) and len(text) <= max_chars:
                     return text
