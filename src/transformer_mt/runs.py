@@ -332,6 +332,22 @@ def average_checkpoints(run: RunDir, last: int) -> list[Path]:
 
 
 # ---- metrics ----------------------------------------------------------------------------
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The events of metrics.jsonl that have a step, in order; a line that is not complete
+    JSON (a run writing its next line, or one cut short by a crash) is skipped."""
+    if not path.is_file():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("step"), int):
+            events.append(event)
+    return events
+
+
 def drop_metrics_after(path: Path, step: int) -> int:
     """Rewrite metrics.jsonl without the events logged after `step` (what a crashed run
     logged past its last checkpoint: the resumed run logs those steps again). Returns how

@@ -15,7 +15,7 @@ import yaml
 
 from transformer_mt import __version__
 from transformer_mt.config import Config
-from transformer_mt.runs import RunDir
+from transformer_mt.runs import RunDir, read_events
 
 EVALUATE_OUTPUT = "evaluate.txt"  # `transformer-mt evaluate RUN ... > RUN/evaluate.txt`, if the user kept it
 VALIDATIONS_SHOWN = 10
@@ -174,21 +174,6 @@ def exported_validation(validations: list[dict[str, Any]], checkpoint: str) -> d
 
 def fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """The events of metrics.jsonl with a step, in order (a torn last line is skipped)."""
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("step"), int):
-            events.append(event)
-    return events
 
 
 def read_validations(path: Path) -> list[dict[str, Any]]:

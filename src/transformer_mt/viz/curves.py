@@ -4,7 +4,6 @@ is skipped), so the plot can be redrawn at any moment."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir
+from transformer_mt.runs import RunDir, read_events
 from transformer_mt.viz.figure import new_figure
 
 
@@ -44,19 +43,11 @@ def read_metrics(path: str | Path) -> dict[str, Series]:
     if not source.is_file():
         raise UserError(f"{source}: no metrics file; has this run logged a training step yet?")
     latest: dict[str, dict[int, float]] = {key: {} for key in TRAIN_KEYS + VALID_KEYS}
-    with open(source, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if not isinstance(event, dict) or not isinstance(event.get("step"), int):
-                continue
-            keys = {"train": TRAIN_KEYS, "valid": VALID_KEYS}.get(event.get("event"), ())
-            for key in keys:
-                value = event.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    latest[key][event["step"]] = float(value)
+    for event in read_events(source):
+        for key in {"train": TRAIN_KEYS, "valid": VALID_KEYS}.get(event.get("event"), ()):
+            value = event.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                latest[key][event["step"]] = float(value)
     series = {key: Series() for key in latest}
     for key, by_step in latest.items():
         for step in sorted(by_step):
