@@ -27,7 +27,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
-from transformer_mt.data.tokenizer import load_sentencepiece
+from transformer_mt.data.tokenizer import OneVocabulary, load_sentencepiece
 from transformer_mt.errors import UserError
 
 # vocab.json first (it names the tokenizer), then the sentencepiece models that cut the text
@@ -77,7 +77,7 @@ def _load_spm(path: Path) -> spm.SentencePieceProcessor:
     return load_sentencepiece(path, "an imported Marian vocabulary needs vocab.json, source.spm and target.spm")
 
 
-class MarianTokenizer:
+class MarianTokenizer(OneVocabulary):
     """Text <-> ids with Marian's vocab.json and its source and target sentencepiece
     models (the `Tokenizer` protocol of data/tokenizer.py)."""
 
@@ -154,15 +154,6 @@ class MarianTokenizer:
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.pieces_of_rows[i] for i in ids]
-
-    def source_id_to_piece(self, ids: list[int]) -> list[str]:
-        """One vocabulary serves both sides: as id_to_piece."""
-        return self.id_to_piece(ids)
-
-    @property
-    def source_size(self) -> int:
-        """One vocabulary serves both sides: len(self)."""
-        return len(self)
 
     def piece_to_id(self, piece: str) -> int:
         """Our id of a piece; UNK_ID for a piece outside vocab.json."""

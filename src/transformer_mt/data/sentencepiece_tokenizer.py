@@ -25,14 +25,14 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from transformer_mt.data.tokenizer import load_sentencepiece
+from transformer_mt.data.tokenizer import OneVocabulary, load_sentencepiece
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path
 
 WORD_PREFIX = "\u2581"  # sentencepiece marks the start of a word, so a word model's pieces are '\u2581word'
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(OneVocabulary):
     """Text <-> subword ids with a trained sentencepiece model (the `Tokenizer` protocol)."""
 
     file_name = "tokenizer.model"  # in a run folder; elsewhere the model may have any name
@@ -121,15 +121,6 @@ class SentencePieceTokenizer:
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
         return [self.sp.IdToPiece(i) for i in ids]
-
-    def source_id_to_piece(self, ids: list[int]) -> list[str]:
-        """One vocabulary serves both sides: as id_to_piece."""
-        return self.id_to_piece(ids)
-
-    @property
-    def source_size(self) -> int:
-        """One vocabulary serves both sides: len(self)."""
-        return len(self)
 
     def piece_to_id(self, piece: str) -> int:
         """The id of a piece; UNK_ID for a piece outside the vocabulary."""

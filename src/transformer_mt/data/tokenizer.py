@@ -1,5 +1,6 @@
-"""What the rest of the package needs of a tokenizer, and the one sentencepiece helper
-both implementations share.
+"""What the rest of the package needs of a tokenizer, and what its implementations share:
+the sentencepiece loader, and `OneVocabulary` for those whose source and target ids are
+one vocabulary.
 
 Three classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
 this package trains, data/sentencepiece_tokenizer.py), SeparateTokenizer (separate source
@@ -76,6 +77,18 @@ class Tokenizer(Protocol):
     def piece_to_id(self, piece: str) -> int:
         """The id of a piece; UNK_ID for a piece outside the vocabulary."""
         ...
+
+
+class OneVocabulary:
+    """For a tokenizer whose source and target ids are one vocabulary: the source side
+    answers as the target side does."""
+
+    def source_id_to_piece(self, ids: list[int]) -> list[str]:
+        return self.id_to_piece(ids)
+
+    @property
+    def source_size(self) -> int:
+        return len(self)
 
 
 def load_sentencepiece(path: Path, if_missing: str) -> spm.SentencePieceProcessor:
