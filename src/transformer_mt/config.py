@@ -23,7 +23,8 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # presets, shipped ins
 TASK_NAMES = ("numbers", "copy")  # the built-in toy corpora of data/toy_corpora.py
 CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs.load_run_weights
 PRECISIONS = ("auto", "bf16", "fp32")
-ACTIVATIONS = ("relu", "swish", "gelu")  # of the feed-forward network: model/layers.py
+ACTIVATIONS = ("relu", "swish", "gelu", "gelu_tanh")  # of the feed-forward network: model/layers.py
+ARCHS = ("encoder_decoder", "decoder_only")  # the paper's translator, or a GPT-style language model
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
 VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sentencepiece_tokenizer.py
 POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
@@ -90,8 +91,11 @@ class ModelConfig:
     activation: str = "relu"
     positional_layout: str = "interleaved"
     positional: str = "sinusoidal"
+    arch: str = "encoder_decoder"
+    scale_embeddings: bool = True
 
     def validate(self) -> None:
+        _require(self.arch in ARCHS, "model.arch", f"must be one of {', '.join(ARCHS)}")
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
         _require(self.d_model >= 1, "model.d_model", "must be positive")
         _require(self.d_ff >= 1, "model.d_ff", "must be positive")
@@ -153,8 +157,12 @@ class DataConfig:
     batch_sentences: int = 0
     max_len: int = 250
     max_len_ratio: float = 3.0
+    train_text: str = ""
+    valid_text: str = ""
+    block_size: int = 128
 
     def validate(self) -> None:
+        _require(self.block_size >= 1, "data.block_size", "must be at least 1 (tokens per training block)")
         _require(self.task in ("", *TASK_NAMES), "data.task", f"must be '' or one of {', '.join(TASK_NAMES)}")
         _require(self.task_size >= 10, "data.task_size", "must be at least 10")
         _require(self.vocab_size >= 8, "data.vocab_size", "must be at least 8")
@@ -260,6 +268,9 @@ class Config:
                  "lower data.max_len or raise model.max_positions")
         _require(self.data.joint_vocab or not self.model.share_vocab, "data.joint_vocab",
                  "false (separate source and target vocabularies) needs model.share_vocab: false")
+        if self.model.arch == "decoder_only":
+            _require(self.data.block_size <= self.model.max_positions, "data.block_size",
+                     f"must be <= model.max_positions ({self.model.max_positions})")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -22,11 +22,12 @@ class Embeddings(nn.Module):
     same footing as the positional encodings, whose entries lie in [-1, 1].
     """
 
-    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None) -> None:
+    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None, scale: bool = True) -> None:
+        """`scale` False leaves out the sqrt(d_model) (GPT-2 adds its embeddings unscaled)."""
         super().__init__()
         self.lut = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         self.d_model = d_model
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         # (B, T) -> (B, T, d_model)

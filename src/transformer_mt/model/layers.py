@@ -12,9 +12,11 @@ from transformer_mt.model.dropout import Dropout
 
 
 # The non-linearity between W_1 and W_2: the paper's ReLU, or swish (SiLU, x * sigmoid(x):
-# OPUS-MT's Marian models) or the exact (erf) GELU, as Hugging Face's "swish" and "gelu".
+# OPUS-MT's Marian models), the exact (erf) GELU, as Hugging Face's "swish" and "gelu", or
+# GPT-2's GELU with the tanh approximation (Hugging Face's "gelu_new").
 ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu, "swish": F.silu, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
 
 

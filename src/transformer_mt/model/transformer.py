@@ -115,11 +115,9 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         raise ValueError("model.src_vocab_size and model.tgt_vocab_size must be set (from the tokenizer)")
     if cfg.share_vocab and src_vocab != tgt_vocab:
         raise ValueError(f"share_vocab needs equal vocabularies, got {src_vocab} and {tgt_vocab}")
-    layer_args = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
-                      activation=cfg.activation, attention_dropout=cfg.attention_p,
-                      activation_dropout=cfg.activation_p)
-    tgt_embed = Embeddings(tgt_vocab, cfg.d_model, padding_idx=None)
-    src_embed = tgt_embed if cfg.share_vocab else Embeddings(src_vocab, cfg.d_model)
+    layer_args = layer_arguments(cfg)
+    tgt_embed = Embeddings(tgt_vocab, cfg.d_model, padding_idx=None, scale=cfg.scale_embeddings)
+    src_embed = tgt_embed if cfg.share_vocab else Embeddings(src_vocab, cfg.d_model, scale=cfg.scale_embeddings)
     generator = Generator(cfg.d_model, tgt_vocab)
     model = EncoderDecoder(
         Encoder(layer_args, cfg.n_layers, cfg.norm_first),
@@ -133,6 +131,12 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
     if cfg.tie_embeddings:
         generator.proj.weight = tgt_embed.lut.weight
     return model
+
+
+def layer_arguments(cfg: ModelConfig) -> dict:
+    """The arguments every encoder and decoder layer of `cfg` is built with."""
+    return dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
+                activation=cfg.activation, attention_dropout=cfg.attention_p, activation_dropout=cfg.activation_p)
 
 
 def positional_module(cfg: ModelConfig) -> PositionalEncoding | LearnedPositionalEmbedding:
