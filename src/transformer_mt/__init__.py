@@ -9,6 +9,10 @@ def __getattr__(name: str):
         from transformer_mt.translator import Translator
 
         return Translator
+    if name == "LanguageModel":
+        from transformer_mt.generation import LanguageModel
+
+        return LanguageModel
     if name == "build_model":
         from transformer_mt.model import build_model
 

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # presets, shipped inside the package
-TASK_NAMES = ("numbers", "copy")  # the built-in toy corpora of data/toy_corpora.py
+TASK_NAMES = ("numbers", "copy", "number_lines")  # built-in toy corpora (the last a text): data/toy_corpora.py
 CHECKPOINT_CHOICES = ("best", "last", "average")  # which weights of a run: runs.load_run_weights
 PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu", "gelu_tanh")  # of the feed-forward network: model/layers.py
@@ -262,13 +262,16 @@ class Config:
     def validate(self) -> None:
         for section in (self.model, self.data, self.train, self.decode):
             section.validate()
-        _require(self.data.max_len + 1 <= self.model.max_positions, "data.max_len",
+        language_model = self.model.arch == "decoder_only"
+        _require(language_model or self.data.max_len + 1 <= self.model.max_positions, "data.max_len",
                  f"training pairs of up to {self.data.max_len} subwords (+ eos or bos) need "
                  f"model.max_positions >= {self.data.max_len + 1}, got {self.model.max_positions}; "
                  "lower data.max_len or raise model.max_positions")
         _require(self.data.joint_vocab or not self.model.share_vocab, "data.joint_vocab",
                  "false (separate source and target vocabularies) needs model.share_vocab: false")
-        if self.model.arch == "decoder_only":
+        _require(not self.data.task or (self.data.task == "number_lines") == language_model, "data.task",
+                 "number_lines is a text for model.arch: decoder_only; numbers and copy are parallel corpora")
+        if language_model:
             _require(self.data.block_size <= self.model.max_positions, "data.block_size",
                      f"must be <= model.max_positions ({self.model.max_positions})")
 

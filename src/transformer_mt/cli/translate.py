@@ -62,13 +62,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     translate.set_defaults(func=run_translate)
 
     evaluate = subparsers.add_parser(
-        "evaluate", help="translate a test set and score it with sacreBLEU (BLEU, chrF)",
+        "evaluate", help="translate a test set and score it with sacreBLEU (BLEU, chrF); "
+                         "a language model: perplexity of --text",
         description="Translate --src and score the output against --ref: BLEU and chrF with their "
-                    "sacreBLEU signatures, computed exactly as during training validation.",
+                    "sacreBLEU signatures, computed exactly as during training validation. On a "
+                    "language-model run: perplexity and bits per character of --text.",
     )
     add_decoding_arguments(evaluate)
-    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
-    evaluate.add_argument("--ref", required=True, help="reference translations, line N for line N of --src")
+    evaluate.add_argument("--src", help="source sentences, one per line")
+    evaluate.add_argument("--ref", help="reference translations, line N for line N of --src")
+    evaluate.add_argument("--text", help="a language-model run: the text to score (one line per sentence)")
     evaluate.add_argument("--lowercase-tokenized", action="store_true",
                           help="also report BLEU on lowercased, 13a-tokenized text")
     evaluate.add_argument("--tokenize", choices=("13a", "intl", "char", "none"), default="13a",
@@ -201,8 +204,16 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from transformer_mt.cli.generate import run_evaluate_text
     from transformer_mt.evaluation import score
+    from transformer_mt.runs import RunDir
 
+    if RunDir(Path(args.run)).require().read_config().model.arch == "decoder_only":
+        if not args.text:
+            raise UserError(f"{args.run}: is a language model; give --text FILE to score (its perplexity)")
+        return run_evaluate_text(args)
+    if not args.src or not args.ref:
+        raise UserError(f"{args.run}: is a translation model; give --src FILE and --ref FILE")
     sources, references = read_lines(args.src), read_lines(args.ref)
     if len(sources) != len(references):
         raise UserError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "

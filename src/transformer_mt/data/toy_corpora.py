@@ -50,10 +50,10 @@ def _sample_number(rng: random.Random, zero: float = 0.3) -> int:
     return n
 
 
-def numbers_corpus(size: int, seed: int = 1) -> dict[str, Pairs]:
-    """`size` training pairs plus disjoint validation and test pairs. Every number is
+def drawn_numbers(size: int, seed: int = 1) -> dict[str, list[int]]:
+    """`size` training integers plus disjoint validation and test ones. Every number is
     distinct, except that training repeats 0..99 a few times (up to 5, one per 4000
-    pairs): drawn once each, "seven" would be seen once in 20,000 sentences."""
+    numbers): drawn once each, "seven" would be seen once in 20,000 sentences."""
     rng = random.Random(seed)
     small = list(range(100)) * min(5, size // 4000)
     seen: set[int] = set(small)
@@ -63,7 +63,12 @@ def numbers_corpus(size: int, seed: int = 1) -> dict[str, Pairs]:
         if n not in seen:
             seen.add(n)
             numbers.append(n)
-    return _split([number_pair(n) for n in small + numbers], size)
+    return _split(small + numbers, size)
+
+
+def numbers_corpus(size: int, seed: int = 1) -> dict[str, Pairs]:
+    """`size` training pairs plus disjoint validation and test pairs (drawn_numbers)."""
+    return {split: [number_pair(n) for n in numbers] for split, numbers in drawn_numbers(size, seed).items()}
 
 
 def copy_corpus(size: int, seed: int = 1, symbols: int = 10, max_len: int = 10) -> dict[str, Pairs]:
@@ -97,3 +102,42 @@ def write_toy_corpus(name: str, directory: str | Path, size: int, seed: int = 1)
         atomic_write_text(src_path, "".join(src + "\n" for src, _ in pairs))
         atomic_write_text(tgt_path, "".join(tgt + "\n" for _, tgt in pairs))
     return paths
+
+
+# ---- built-in text for a language model (data.task with model.arch: decoder_only) ----------
+TOY_TEXTS = ("number_lines",)  # names listed in config.TASK_NAMES too
+
+
+def number_line(n: int) -> str:
+    """One line of the `number_lines` text: an English number phrase, then its digits:
+    "three hundred and twenty-one = 321". A language model that writes well-formed lines
+    has learned, from next-token prediction alone, to translate words into digits."""
+    return f"{number_pair(n)[0]} = {n}"
+
+
+def is_well_formed(line: str) -> bool:
+    """Whether `line` is a true `number_lines` line (words = digits, the digits below 10^6)."""
+    words, sep, digits = line.strip().rpartition(" = ")
+    if not sep or not digits.isdigit() or len(digits) > 6 or (len(digits) > 1 and digits[0] == "0"):
+        return False
+    return number_pair(int(digits))[0] == words
+
+
+def number_lines(size: int, seed: int = 1) -> dict[str, list[str]]:
+    """`size` training lines and disjoint validation and test lines of `number_lines`,
+    the numbers drawn as the `numbers` corpus draws them."""
+    return {split: [number_line(n) for n in numbers] for split, numbers in drawn_numbers(size, seed).items()}
+
+
+def write_toy_text(name: str, directory: str | Path, size: int, seed: int = 1) -> tuple[Path, Path]:
+    """Generate the built-in text `name` into DIR/train.txt and DIR/valid.txt (and
+    DIR/test.txt) once; later calls (resume, other ranks) reuse the files."""
+    if name not in TOY_TEXTS:
+        raise ValueError(f"unknown text {name!r}; texts: {', '.join(TOY_TEXTS)}")
+    directory = Path(directory)
+    paths = {split: directory / f"{split}.txt" for split in SPLITS}
+    if not all(path.is_file() for path in paths.values()):
+        directory.mkdir(parents=True, exist_ok=True)
+        for split, lines in number_lines(size, seed).items():
+            atomic_write_text(paths[split], "".join(line + "\n" for line in lines))
+    return paths["train"], paths["valid"]

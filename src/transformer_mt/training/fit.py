@@ -25,6 +25,7 @@ from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
 from transformer_mt.training.budget import planned_config
 from transformer_mt.training.hooks import Averaging, Hook, PreferAverage
+from transformer_mt.training.language_modeling import LanguageModelTask
 from transformer_mt.training.trainer import Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
 
@@ -75,9 +76,12 @@ def train_vocabulary(cfg: Config, run: RunDir) -> Tokenizer:
         return load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer, cfg.train.seed)
 
 
-def make_task(cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = False) -> TranslationTask:
-    """The task `cfg` trains, its data prepared (translation is the one task so far)."""
-    return TranslationTask.prepare(cfg, run, ctx, progress)
+def make_task(cfg: Config, run: RunDir, ctx: DistributedContext,
+              progress: bool = False) -> TranslationTask | LanguageModelTask:
+    """The task `cfg` trains, its data prepared: translation (model.arch: encoder_decoder)
+    or a language model (decoder_only)."""
+    kind = LanguageModelTask if cfg.model.arch == "decoder_only" else TranslationTask
+    return kind.prepare(cfg, run, ctx, progress)
 
 
 def make_hooks(cfg: Config, run: RunDir) -> list[Hook]:

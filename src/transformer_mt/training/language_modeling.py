@@ -1,0 +1,111 @@
+"""Language modelling as a training task (training/task.py): a text stream, its
+sentencepiece vocabulary, a decoder-only model (model/language_model.py) predicting every
+next token of fixed-length blocks, and validation by loss, perplexity and bits per
+character of the validation text. The trainer, resume, DDP, budgets and logging are the
+translation task's; only this module knows what a block is."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from transformer_mt.config import Config, replace
+from transformer_mt.data.blocks import BlockBatch, BlockStream
+from transformer_mt.data.text_stream import (
+    PreparedText, load_or_train_text_tokenizer, open_text, prepare_text, text_paths,
+)
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.generation import stream_loss
+from transformer_mt.model.language_model import DecoderOnly, build_language_model
+from transformer_mt.runs import RunDir, list_checkpoints
+from transformer_mt.training.distributed import DistributedContext, barrier
+from transformer_mt.training.loss import LabelSmoothingLoss, perplexity
+from transformer_mt.training.task import Selection
+
+NO_PADDING = -100  # a text stream has no padding: no target is ignored
+
+
+class NextTokenPrediction(nn.Module):
+    """The decoder-only model as the trainer sees it: forward(batch) gives the logits
+    (B * T, V) of every position and the next tokens (B * T,) they must predict."""
+
+    def __init__(self, model: DecoderOnly) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: BlockBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model.logits(batch.inputs)  # (B, T, V)
+        return logits.reshape(-1, logits.size(-1)), batch.targets.reshape(-1)
+
+
+class LanguageModelTask:
+    """Blocks of a text stream, predicted by a DecoderOnly model; the best model is the one
+    of lowest validation loss (equivalently perplexity)."""
+
+    selection = Selection("valid_loss", higher_is_better=False)
+
+    def __init__(self, cfg: Config, tokenizer: Tokenizer, data: PreparedText) -> None:
+        self.cfg, self.tokenizer, self.data = cfg, tokenizer, data
+
+    @classmethod
+    def prepare(cls, cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = False) -> "LanguageModelTask":
+        """Text, vocabulary and the prepared stream: rank 0 makes them, the other ranks
+        map the same files; config.yaml (with the vocabulary size) is written last."""
+        paths = None
+        if ctx.is_main:
+            run.root.mkdir(parents=True, exist_ok=True)
+            paths = text_paths(cfg.data, run.data, cfg.train.seed)
+            tokenizer = load_or_train_text_tokenizer(cfg.data, paths.train, run.tokenizer_file, cfg.train.seed)
+            data = prepare_text(paths, run.tokenizer_file, tokenizer, run.prepared,
+                                may_rebuild=not list_checkpoints(run.checkpoints))
+        barrier(ctx)
+        if not ctx.is_main:
+            tokenizer, data = run.read_tokenizer(), open_text(run.prepared)
+        size = len(tokenizer)
+        cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=size, tgt_vocab_size=size))
+        if ctx.is_main and not run.config.is_file():
+            run.write_config(cfg)
+        return cls(cfg, tokenizer, data)
+
+    @property
+    def blocks_per_batch(self) -> int:
+        """Blocks per batch: data.max_tokens // data.block_size (at least one)."""
+        return max(1, self.cfg.data.max_tokens // self.cfg.data.block_size)
+
+    def build_model(self) -> DecoderOnly:
+        return build_language_model(self.cfg.model)
+
+    def train_batches(self, seed: int, rank: int, world_size: int, accumulate: int) -> BlockStream:
+        return BlockStream(self.data.train.tokens, self.cfg.data.block_size, self.blocks_per_batch, seed, rank,
+                           world_size, accumulate)
+
+    def loss_view(self, model: DecoderOnly) -> NextTokenPrediction:
+        return NextTokenPrediction(model)
+
+    def criterion(self, model: DecoderOnly) -> LabelSmoothingLoss:
+        """Cross entropy (label-smoothed if train.label_smoothing > 0; language models
+        usually train without)."""
+        return LabelSmoothingLoss(len(self.tokenizer), NO_PADDING, self.cfg.train.label_smoothing)
+
+    def summary(self, batches: BlockStream) -> str:
+        return (f"training on {len(self.data.train):,} tokens ({self.data.train.lines:,} lines), blocks of "
+                f"{self.cfg.data.block_size}, {len(batches) // self.cfg.train.accumulate} steps per epoch")
+
+    @torch.no_grad()
+    def validate(self, model: DecoderOnly, device: torch.device, precision: str) -> dict[str, Any]:
+        """Loss per token (nats), perplexity and bits per character of the validation text,
+        every token predicted once from up to block_size tokens before it. {} without
+        validation text."""
+        valid = self.data.valid
+        if valid is None or len(valid) < 2:
+            return {}
+        nats, tokens = stream_loss(model, valid.tokens, self.cfg.data.block_size, self.blocks_per_batch, device,
+                                   precision)
+        model.train()
+        loss = nats / tokens
+        return {"valid_loss": loss, "valid_ppl": perplexity(loss),
+                "valid_bpc": nats / math.log(2) / max(valid.characters, 1)}
+
