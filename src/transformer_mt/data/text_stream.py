@@ -68,7 +68,7 @@ def load_or_train_text_tokenizer(cfg: DataConfig, train: Path, path: Path, seed:
     vocabulary trained on up to data.vocab_sample lines of the training text (drawn from the seed)."""
     if path.is_file():
         return load_tokenizer(path)
-    count = sum(1 for _ in iter_raw_lines(train))
+    count = sum(1 for _ in text_lines(train))  # checks every line is UTF-8 before any work
     if count == 0:
         raise CorpusError(f"{train}: empty; a language model needs training text")
     chosen = None

@@ -1,0 +1,129 @@
+"""A language-model run end to end: a tiny model learns the built-in text far below a
+unigram model's loss, resumes bit-identically, trains on 2 processes as on 1 with twice
+the accumulation, generates from the command line, and bad input gets one line."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_mt.cli import main
+from transformer_mt.config import load_config
+from transformer_mt.data.text_stream import open_text
+from transformer_mt.runs import read_events
+from transformer_mt.training import fit
+
+FAST = ["--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=5", "--data.task_size=500",
+        "--model.dropout=0.1", "--train.precision=fp32"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("lm") / "run"
+    fit(load_config("lm_tiny"), run, progress=False)
+    return run
+
+
+def unigram_loss(train: np.ndarray, valid: np.ndarray) -> float:
+    """Cross entropy (nats per token) of the validation stream under the training stream's
+    token frequencies (add-one smoothed): what a model that ignores context achieves."""
+    counts = Counter(train.tolist())
+    vocab = max(max(counts), int(valid.max())) + 1
+    total = len(train) + vocab
+    return -sum(math.log((counts.get(t, 0) + 1) / total) for t in valid[1:].tolist()) / (len(valid) - 1)
+
+
+def test_a_tiny_model_learns_far_below_the_unigram_baseline(trained: Path) -> None:
+    data = open_text(trained / "prepared")
+    baseline = unigram_loss(np.asarray(data.train.tokens), np.asarray(data.valid.tokens))
+    valid = [e for e in read_events(trained / "metrics.jsonl") if e["event"] == "valid"]
+    assert valid[-1]["valid_loss"] < 0.4 * baseline, (valid[-1], baseline)
+    assert valid[-1]["valid_ppl"] == pytest.approx(math.exp(valid[-1]["valid_loss"]))
+    assert 0 < valid[-1]["valid_bpc"] < valid[0]["valid_bpc"] * 1.01
+    assert (trained / "best.safetensors").is_file()
+
+
+def test_generate_and_evaluate_from_the_command_line(trained: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["-q", "generate", str(trained), "--prompt", "four hundred", "--prompt", "seven"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("four hundred") and " = " in lines[0]
+    sampled = [main(["-q", "generate", str(trained), "--prompt", "nine", "--temperature", "1.5", "--seed", "4"])
+               for _ in range(2)]
+    assert sampled == [0, 0]
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == second  # the same seed, the same text
+    assert main(["-q", "evaluate", str(trained), "--text", str(trained / "data" / "test.txt"), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "perplexity =" in out and "bits per character" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", ""], "the prompt is empty"),
+    (["--prompt", "one " * 300], "shorten it"),
+    (["--prompt", "one", "--temperature", "0"], "temperature must be > 0"),
+    (["--prompt", "one", "--top-p", "0"], "top-p must be in (0, 1]"),
+    (["--prompt", "one", "--top-k", "0"], "top-k must be at least 1"),
+])
+def test_bad_generation_settings_get_one_line(trained: Path, capsys: pytest.CaptureFixture, args: list[str],
+                                              message: str) -> None:
+    assert main(["generate", str(trained), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_translation_commands_refuse_a_language_model_in_one_line(trained: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["translate", str(trained), "-i", str(trained / "data" / "test.txt")]) == 2
+    assert "is a language model" in capsys.readouterr().err
+    assert main(["evaluate", str(trained), "--src", "a", "--ref", "b"]) == 2
+    assert "give --text" in capsys.readouterr().err
+
+
+def test_a_missing_or_undecodable_text_gets_one_line_and_leaves_no_run(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "lm_tiny", "--run", str(run), "--data.task=", f"--data.train_text={tmp_path / 'no.txt'}"]) == 2
+    assert "no.txt" in capsys.readouterr().err and not run.exists()
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n\xff\xfe broken\n")
+    assert main(["train", "lm_tiny", "--run", str(run), "--data.task=", f"--data.train_text={bad}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.txt" in err and "line 2" in err and len(err.splitlines()) == 1 and not run.exists()
+
+
+def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path: Path) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    fit(load_config("lm_tiny", FAST), straight, progress=False)
+    shutil.copytree(straight, resumed)
+    (resumed / "checkpoints" / "step_20.pt").unlink()  # as if killed after the checkpoint of step 10
+    trainer = fit(None, resumed, progress=False)
+    assert trainer.state.step == 20
+    a = torch.load(straight / "checkpoints" / "step_20.pt", weights_only=True)["model"]
+    b = torch.load(resumed / "checkpoints" / "step_20.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_two_processes_train_as_one_with_twice_the_accumulation(tmp_path: Path) -> None:
+    args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
+            "--model.dropout=0.0", "--train.precision=fp32"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "transformer_mt", "--", "train", "lm_tiny", "--run", str(tmp_path / "two"), "--no-progress", *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = fit(load_config("lm_tiny", [*args, "--train.accumulate=2"]), tmp_path / "one", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    state = one.model.state_dict()
+    assert max((two[k].float() - state[k].float()).abs().max().item() for k in two) <= 1e-6
