@@ -1,9 +1,11 @@
-"""The offline demo: generate the numbers task, train the `demo` preset, translate the
-held-out test numbers and score them (what `transformer-mt demo` and `make demo` run)."""
+"""The offline demos: generate the numbers task, train the `demo` preset, translate the
+held-out test numbers and score them (what `transformer-mt demo` and `make demo` run); and
+the language-model default (`transformer-mt demo --lm`, the `lm_demo` preset)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 import shutil
 import sys
@@ -69,3 +71,51 @@ def run_demo(cfg: Config, out: Path, examples: int = 5) -> dict[str, Any]:
     print("next:\n" + "\n".join(f"  {line}" for line in next_commands(out, program_name())))
     return {"exact_match": round(scores.exact_match, 4), "bleu": round(scores.bleu, 2),
             "train_seconds": round(state.train_seconds, 1), "run_dir": str(out)}
+
+
+def completion_prompts(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Held-out number_lines split at " = ": prompts "words =" and the digits they expect."""
+    prompts, answers = [], []
+    for line in lines:
+        words, _, digits = line.rpartition(" = ")
+        prompts.append(f"{words} =")
+        answers.append(digits)
+    return prompts, answers
+
+
+def run_lm_demo(cfg: Config, out: Path, examples: int = 5, prompts: int = 300) -> dict[str, Any]:
+    """Train the language-model default `cfg` into `out` from scratch on the number_lines
+    text; then continue held-out "words =" prompts greedily (is the number right?), sample
+    lines from their first word (are they well-formed?), and draw both beside the
+    validation perplexity and the unigram baseline into OUT/learned.png."""
+    from transformer_mt.data.text_stream import open_text, unigram_loss
+    from transformer_mt.data.toy_corpora import is_well_formed
+    from transformer_mt.generation import LanguageModel
+    from transformer_mt.viz.curves import read_metrics
+    from transformer_mt.viz.figure import save_figure
+    from transformer_mt.viz.language_model import learning_figure
+
+    fresh_run_dir(out)
+    log.info("demo: a GPT-style language model of English number phrases and their digits, run directory %s", out)
+    state = fit(cfg, out).state
+    lm = LanguageModel.from_run(out)
+    held_out = (RunDir(out).data / "test.txt").read_text(encoding="utf-8").splitlines()[:prompts]
+    questions, answers = completion_prompts(held_out)
+    completed = lm.generate(questions, max_new_tokens=12)
+    correct = sum(text == f"{q} {a}" for text, q, a in zip(completed, questions, answers)) / len(questions)
+    sampled = lm.generate([q.split()[0] for q in questions], max_new_tokens=40, temperature=1.0, seed=1)
+    well_formed = sum(map(is_well_formed, sampled)) / len(sampled)
+    data = open_text(RunDir(out).prepared)
+    unigram = math.exp(unigram_loss(data.train.tokens, data.valid.tokens, len(lm.tokenizer)))
+    shares = {"held-out prompts\ncompleted correctly": correct, "sampled lines\nwell-formed": well_formed}
+    figure = save_figure(learning_figure(read_metrics(out)["valid_ppl"], unigram, shares, out.name), out / "learned.png")
+    for text in completed[:examples]:
+        print(f"  {text}")
+    print(f"held-out completions correct {100 * correct:.1f}%, sampled lines well-formed {100 * well_formed:.1f}%, "
+          f"validation perplexity {read_metrics(out)['valid_ppl'].values[-1]:.2f} (unigram {unigram:.1f}); "
+          f"figure {figure}")
+    program = shlex.quote(program_name())
+    print(f"next:\n  {program} generate {shlex.quote(str(out))} --prompt 'forty-two thousand'")
+    return {"completed_correctly": round(correct, 4), "well_formed": round(well_formed, 4),
+            "unigram_ppl": round(unigram, 2), "train_seconds": round(state.train_seconds, 1), "steps": state.step,
+            "figure": str(figure), "run_dir": str(out)}

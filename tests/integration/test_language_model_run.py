@@ -127,3 +127,26 @@ def test_two_processes_train_as_one_with_twice_the_accumulation(tmp_path: Path) 
         torch.set_num_threads(threads)
     state = one.model.state_dict()
     assert max((two[k].float() - state[k].float()).abs().max().item() for k in two) <= 1e-6
+
+
+def test_the_language_model_demo_trains_generates_and_draws(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from transformer_mt.viz.figure import DPI
+
+    out = tmp_path / "lm_demo"
+    assert main(["-q", "demo", "--lm", "--out", str(out), "--train.max_seconds=0", "--train.max_steps=30",
+                 "--data.task_size=500", "--train.valid_every=15", "--model.n_layers=1"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["steps"] == 30 and 0 <= result["completed_correctly"] <= 1 and 0 <= result["well_formed"] <= 1
+    assert result["unigram_ppl"] > 1
+    from PIL import Image
+
+    with Image.open(out / "learned.png") as image:
+        assert image.size == (11 * DPI, round(4.2 * DPI))
+
+
+def test_completion_prompts_cut_lines_at_the_equals_sign() -> None:
+    from transformer_mt.demo import completion_prompts
+
+    assert completion_prompts(["forty-two = 42", "one = 1"]) == (["forty-two =", "one ="], ["42", "1"])

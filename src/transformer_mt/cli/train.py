@@ -21,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="generate the numbers task, train a small model (under 5 min on 2 CPU cores), translate",
         description="Offline end-to-end demo: English -> German number phrases.",
     )
-    demo.add_argument("--out", default="runs/demo", help="run directory to write (default: runs/demo)")
+    demo.add_argument("--out", help="run directory to write (default: runs/demo, with --lm runs/lm_demo)")
+    demo.add_argument("--lm", action="store_true", help="the language-model demo instead: a GPT-style model of "
+                      "number phrases and their digits (under 5 min), then generation and a figure")
     demo.set_defaults(func=run_demo, overrides=[])
 
     train = subparsers.add_parser(
@@ -126,7 +128,10 @@ def run_average(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from transformer_mt.demo import run_demo as demo
 
+    from transformer_mt.demo import run_lm_demo
+
     reuse_freed_memory()
-    result = demo(load_config("demo", split_overrides(args.overrides)), Path(args.out))
+    preset, default_out, run = ("lm_demo", "runs/lm_demo", run_lm_demo) if args.lm else ("demo", "runs/demo", demo)
+    result = run(load_config(preset, split_overrides(args.overrides)), Path(args.out or default_out))
     print(json.dumps(result))
     return 0

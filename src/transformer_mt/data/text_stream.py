@@ -179,3 +179,12 @@ def open_text(out: Path) -> PreparedText:
     if len(streams["train"]) < 2:
         raise CorpusError(f"{out}: the training text has fewer than 2 tokens; a language model needs more text")
     return PreparedText(streams["train"], streams.get("valid"))
+
+
+def unigram_loss(train: np.ndarray, valid: np.ndarray, vocab_size: int) -> float:
+    """Cross entropy (nats per token) of `valid` under the token frequencies of `train`,
+    add-one smoothed over `vocab_size`: the loss of a model that ignores all context, the
+    baseline a language model must beat."""
+    counts = np.bincount(np.asarray(train, dtype=np.int64), minlength=vocab_size) + 1.0
+    log_probs = np.log(counts / counts.sum())
+    return float(-log_probs[np.asarray(valid[1:], dtype=np.int64)].mean())
