@@ -4,7 +4,8 @@ design.md). Training writes a run, translation, the server and the plots read it
     runs/NAME/config.yaml            the resolved config
     runs/NAME/plan.json              a budgeted run's plan (training/budget.py)
     runs/NAME/tokenizer.model        sentencepiece model (+ .vocab); an imported Marian run has
-                                     vocab.json, source.spm and target.spm instead, a run with
+                                     vocab.json, source.spm and target.spm instead, an imported
+                                     GPT-2 run gpt2_tokenizer.json, a run with
                                      data.joint_vocab: false source.model and target.model
     runs/NAME/checkpoints/step_N.pt  full training state
     runs/NAME/snapshots/step_N.safetensors  model-only weights kept for averaging (train.average_last)
@@ -38,7 +39,7 @@ from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.data.tokenizers import find_tokenizer, load_tokenizer, tokenizer_files
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_path, atomic_write_text
-from transformer_mt.model.transformer import EncoderDecoder, build_model
+from transformer_mt.model.language_model import build_any_model
 
 log = logging.getLogger("transformer_mt")
 
@@ -61,8 +62,9 @@ class RunDir:
 
     @property
     def tokenizer_file(self) -> Path:
-        """The file that names the run's vocabulary: tokenizer.model, or the vocab.json of
-        an imported Marian run (data/tokenizers.py); tokenizer.model if neither exists yet."""
+        """The file that names the run's vocabulary: tokenizer.model, the vocab.json of an
+        imported Marian run or the gpt2_tokenizer.json of an imported GPT-2 run
+        (data/tokenizers.py); tokenizer.model if none exists yet."""
         return find_tokenizer(self.root)
 
     def tokenizer_files(self) -> list[Path]:
@@ -126,7 +128,8 @@ class RunDir:
         atomic_write_text(self.config, config_yaml(cfg))
 
     def read_tokenizer(self) -> Tokenizer:
-        """The run's tokenizer: a SentencePieceTokenizer, or a MarianTokenizer for an imported Marian run."""
+        """The run's tokenizer: a SentencePieceTokenizer, or for an imported run a MarianTokenizer
+        (Marian) or ByteLevelBPETokenizer (GPT-2)."""
         return load_tokenizer(self.tokenizer_file)
 
     def text_files(self, splits: tuple[str, ...]) -> tuple[Path, Path]:
@@ -249,7 +252,7 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
         raise UserError(f"{path}: does not match the model in config.yaml ({_first_line(err)})") from None
 
 
-def load_run_weights(model: EncoderDecoder, run: RunDir, checkpoint: str = "best") -> Path:
+def load_run_weights(model: torch.nn.Module, run: RunDir, checkpoint: str = "best") -> Path:
     """Load weights from a run: best.safetensors, average.safetensors or the last
     readable step checkpoint; `best` falls back to the last checkpoint when none was
     selected yet. Returns the file the weights came from."""
@@ -271,15 +274,16 @@ def load_run_weights(model: EncoderDecoder, run: RunDir, checkpoint: str = "best
     return path
 
 
-def load_run_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Tokenizer, EncoderDecoder]:
-    """Config, tokenizer and model with weights of a trained run."""
+def load_run_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Tokenizer, torch.nn.Module]:
+    """Config, tokenizer and model with weights of a trained run: the model model.arch
+    names (an EncoderDecoder, or a decoder-only DecoderOnly)."""
     run.require()
     cfg = run.read_config()
     tokenizer = run.read_tokenizer()
     if len(tokenizer) != cfg.model.tgt_vocab_size:
         raise UserError(f"{run.tokenizer_file}: has {len(tokenizer)} subwords but {run.config} says "
                         f"model.tgt_vocab_size={cfg.model.tgt_vocab_size}")
-    model = build_model(cfg.model)
+    model = build_any_model(cfg.model)
     load_run_weights(model, run, checkpoint)
     return cfg, tokenizer, model
 
@@ -327,7 +331,7 @@ def average_checkpoints(run: RunDir, last: int) -> list[Path]:
         key = "train.average_last" if snapshots else "train.keep_last"
         log.warning("averaging the %d checkpoints the run keeps, not the last %d asked for: raise %s "
                     "before training to keep more", len(found), last, key)
-    average_weight_files(build_model(run.read_config().model), found, run.average, run.config)
+    average_weight_files(build_any_model(run.read_config().model), found, run.average, run.config)
     return found
 
 

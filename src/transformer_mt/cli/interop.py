@@ -3,6 +3,7 @@
     transformer-mt export ctranslate2 RUN --out DIR [--quantization int8] [--checkpoint best] [--force]
     transformer-mt export hf RUN --out DIR [--checkpoint best] [--languages SRC TGT] [--force]
     transformer-mt import marian SOURCE --run RUN
+    transformer-mt import gpt2 SOURCE --run RUN
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from transformer_mt.config import CHECKPOINT_CHOICES
 from transformer_mt.interop.ctranslate2 import QUANTIZATIONS, export_ctranslate2
 # interop.huggingface writes the files itself: transformers is needed only to use them
 from transformer_mt.interop.huggingface import export_hf
-# interop.marian imports huggingface_hub only to download a model by name
+# interop.marian and interop.gpt2 import huggingface_hub only to download a model by name
+from transformer_mt.interop.gpt2 import import_gpt2
 from transformer_mt.interop.marian import import_marian
 
 log = logging.getLogger("transformer_mt")
@@ -93,7 +95,7 @@ def run_export_ctranslate2(args: argparse.Namespace) -> int:
 
 def register_import(subparsers: argparse._SubParsersAction) -> None:
     imports = subparsers.add_parser(
-        "import", help="make a run of a pretrained model (Hugging Face Marian: the OPUS-MT models)",
+        "import", help="make a run of a pretrained model (Hugging Face Marian: the OPUS-MT models; GPT-2)",
         description="Turn a model trained elsewhere into an ordinary run directory.",
     )
     formats = imports.add_subparsers(dest="format", required=True, metavar="FORMAT")
@@ -109,8 +111,29 @@ def register_import(subparsers: argparse._SubParsersAction) -> None:
                                        "pytorch_model.bin, source.spm, target.spm, vocab.json) or a model name")
     marian.add_argument("--run", required=True, help="run directory to create (must not exist)")
     marian.set_defaults(func=run_import_marian)
+    register_import_gpt2(formats)
+
+
+def register_import_gpt2(formats: argparse._SubParsersAction) -> None:
+    gpt2 = formats.add_parser(
+        "gpt2", help="a Hugging Face GPT2LMHeadModel (a decoder-only language model), from a folder or by name",
+        description="Write RUN from a Hugging Face GPT-2 model: config.yaml (model.arch: decoder_only), "
+                    "best.safetensors, its byte-level BPE vocabulary as gpt2_tokenizer.json (GPT-2's own ids), "
+                    "and imported.json (where it came from).",
+        epilog="A name such as openai-community/gpt2 is downloaded with huggingface_hub "
+               "(pip install 'transformer-mt[interop]') on a machine that is online.",
+    )
+    gpt2.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors or "
+                                     "pytorch_model.bin, vocab.json and merges.txt or tokenizer.json) or a model name")
+    gpt2.add_argument("--run", required=True, help="run directory to create (must not exist)")
+    gpt2.set_defaults(func=run_import_gpt2)
 
 
 def run_import_marian(args: argparse.Namespace) -> int:
     import_marian(args.source, args.run)
+    return 0
+
+
+def run_import_gpt2(args: argparse.Namespace) -> int:
+    import_gpt2(args.source, args.run)
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from transformer_mt.data.gpt2_tokenizer import ByteLevelBPETokenizer
 from transformer_mt.data.marian_tokenizer import MarianTokenizer
 from transformer_mt.data.separate_tokenizer import SeparateTokenizer
 from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -13,21 +14,24 @@ from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
 
 # In this order a run folder is searched: a trained tokenizer.model, an imported vocab.json,
-# then separate source.model and target.model (data.joint_vocab: false).
-TOKENIZERS: tuple[type[Tokenizer], ...] = (SentencePieceTokenizer, MarianTokenizer, SeparateTokenizer)
+# an imported GPT-2 gpt2_tokenizer.json, then separate source.model and target.model
+# (data.joint_vocab: false).
+TOKENIZERS: tuple[type[Tokenizer], ...] = (SentencePieceTokenizer, MarianTokenizer, ByteLevelBPETokenizer,
+                                           SeparateTokenizer)
 
 
 def tokenizer_class(path: str | Path) -> type[Tokenizer]:
     """The class of the tokenizer named by `path`: the one whose file_name it has (vocab.json
-    is an imported Marian vocabulary, source.model one of two separate vocabularies), else
-    a sentencepiece model of any name."""
+    is an imported Marian vocabulary, gpt2_tokenizer.json an imported GPT-2 one, source.model
+    one of two separate vocabularies), else a sentencepiece model of any name."""
     name = Path(path).name
     return next((kind for kind in TOKENIZERS if kind.file_name == name), SentencePieceTokenizer)
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """The tokenizer stored at `path`: a sentencepiece tokenizer.model, or the vocab.json
-    of an imported Marian (OPUS-MT) vocabulary, with its source.spm and target.spm beside it."""
+    """The tokenizer stored at `path`: a sentencepiece tokenizer.model, the vocab.json of an
+    imported Marian (OPUS-MT) vocabulary, with its source.spm and target.spm beside it, or
+    the gpt2_tokenizer.json of an imported GPT-2 model."""
     path = Path(path)
     return tokenizer_class(path).from_file(path)
 
