@@ -2,10 +2,11 @@
 the sentencepiece loader, and `OneVocabulary` for those whose source and target ids are
 one vocabulary.
 
-Three classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
+Four classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
 this package trains, data/sentencepiece_tokenizer.py), SeparateTokenizer (separate source
-and target vocabularies, data/separate_tokenizer.py) and MarianTokenizer (an imported
-OPUS-MT vocabulary, data/marian_tokenizer.py). data/tokenizers.py picks one from a run's
+and target vocabularies, data/separate_tokenizer.py), MarianTokenizer (an imported
+OPUS-MT vocabulary, data/marian_tokenizer.py) and ByteLevelBPETokenizer (an imported GPT-2's
+byte-level BPE, data/gpt2_tokenizer.py). data/tokenizers.py picks one from a run's
 files. No implementation imports that registry, and this module imports none of them, so
 they import without a cycle."""
 
