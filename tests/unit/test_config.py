@@ -119,7 +119,10 @@ def test_presets_live_inside_the_package() -> None:
 
 
 def test_task_names_are_the_built_in_tasks() -> None:
-    assert set(TASK_NAMES) == set(TOY_CORPORA)
+    from transformer_mt.data.toy_corpora import TOY_TEXTS
+
+    assert set(TASK_NAMES) == set(TOY_CORPORA) | set(TOY_TEXTS)
+    assert not set(TOY_CORPORA) & set(TOY_TEXTS)
 
 
 def test_config_imports_nothing_of_the_package() -> None:
