@@ -24,6 +24,7 @@ table can be filled in several sittings.
     python benchmarks/ablations.py                      # every row, --steps each
     python benchmarks/ablations.py --rows notes,ours    # some rows
     python benchmarks/ablations.py --quick              # a short version: 200 steps, short outputs
+    python benchmarks/ablations.py --markdown --chart docs/ablations.png   # the finished rows as docs/ablations.md shows them
 """
 
 from __future__ import annotations
@@ -76,6 +77,33 @@ TABLE_3 = {
 }
 
 
+# The paper's Table 3 (newstest2013 dev BLEU, base model 25.8) for the change a row makes;
+# the paper varied its base (N=6, d_model 512, h=8), ours varies the `ours` row (N=2, d_model 128, h=4).
+PAPER_TABLE_3 = {
+    "ours": "(A) h=4: 25.5",
+    "A_h1": "(A) h=1: 24.9",
+    "A_h8": "base, h=8: 25.8",
+    "A_h16": "(A) h=16: 25.8",
+    "C_n1": "(C) N=2 (from 6): 23.7",
+    "C_n4": "(C) N=8 (from 6): 25.5",
+    "C_d64": "(C) d_model 256 (from 512): 24.5",
+    "C_d256": "(C) d_model 1024: 26.0",
+    "D_drop0": "(D) P_drop 0.0: 24.6",
+    "D_drop03": "(D) P_drop 0.2: 25.5",
+    "D_ls0": "(D) eps_ls 0.0: 25.3",
+    "D_ls02": "(D) eps_ls 0.2: 25.7",
+    "E_learned": "(E) learned positions: 25.7",
+}
+GROUPS = {"notes": "the notes", "towards": "one change towards the paper", "table3": "Table 3 at CPU scale"}
+
+
+def group_of(name: str) -> str:
+    """Which part of the table a row belongs to (the chart colours them)."""
+    if name.startswith("notes"):
+        return "notes"
+    return "towards" if name.startswith("+") or name == "ours" else "table3"
+
+
 def variants() -> dict[str, tuple[str, list[str]]]:
     """Every row: name -> (what changed, its overrides of the multi30k_de_en preset)."""
     rows = {"notes": ("the notes' recipe", NOTES),
@@ -114,6 +142,40 @@ def run_row(name: str, overrides: list[str], args: argparse.Namespace) -> dict:
             "bleu": scores.bleu, "chrf": scores.chrf}
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """The finished rows as the Markdown table of docs/ablations.md."""
+    lines = ["| row | what changed | parameters | steps | minutes | BLEU | chrF | the paper's Table 3 |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        lines.append(f"| `{r['row']}` | {r['what']} | {r['parameters']:,} | {r['steps']} | {r['train_minutes']:.1f} "
+                     f"| {r['bleu']:.1f} | {r['chrf']:.1f} | {PAPER_TABLE_3.get(r['row'], '')} |")
+    return "\n".join(lines)
+
+
+def draw_chart(rows: list[dict], path: Path) -> None:
+    """A horizontal bar of test BLEU per row, coloured by group, the notes' and our BLEU as lines."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 0.32 * len(rows) + 1.4), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    colours = {"notes": "tab:red", "towards": "tab:blue", "table3": "tab:green"}
+    names = [r["row"] for r in rows][::-1]
+    values = [r["bleu"] for r in rows][::-1]
+    bars = ax.barh(names, values, color=[colours[group_of(n)] for n in names])
+    ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], fontsize=8, padding=2)
+    for name, style in (("notes", ":"), ("ours", "--")):
+        found = [r["bleu"] for r in rows if r["row"] == name]
+        if found:
+            ax.axvline(found[0], color="gray", linestyle=style, linewidth=1)
+    for group, label in GROUPS.items():
+        ax.barh([], [], color=colours[group], label=label)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("BLEU, Multi30k de->en test_2016 (cased sacreBLEU)")
+    steps = sorted({r["steps"] for r in rows})
+    ax.set_title(f"The notes' experiment and Table 3 at CPU scale ({', '.join(map(str, steps))} steps each)")
+    fig.savefig(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="a Multi30k folder (default ../shared/data/multi30k)")
@@ -122,6 +184,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3000, help="training steps of every row (default 3000)")
     parser.add_argument("--quick", action="store_true", help="200 steps, 2,000 pairs, outputs of at most source + 10")
     parser.add_argument("--json", action="store_true", help="last line: every row as JSON")
+    parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown (docs/ablations.md)")
+    parser.add_argument("--chart", type=Path, help="draw the BLEU of every row to this PNG")
     args = parser.parse_args()
     if args.quick:
         args.steps = min(args.steps, 200)
@@ -147,6 +211,10 @@ def main() -> int:
         table.append(result)
         print(f"{name:<12} {what[:44]:<44} {result['parameters']:>9,} {result['steps']:>6} "
               f"{result['train_minutes']:>8.1f} {result['bleu']:>6.1f} {result['chrf']:>6.1f}", flush=True)
+    if args.markdown:
+        print(markdown_table(table))
+    if args.chart:
+        draw_chart(table, args.chart)
     if args.json:
         print(json.dumps(table))
     return 0

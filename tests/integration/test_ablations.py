@@ -38,9 +38,14 @@ def test_two_tiny_rows_run_and_are_kept(tmp_path: Path, monkeypatch: pytest.Monk
     assert (out / "notes" / "source.model").is_file()  # the notes' separate word vocabularies
     assert (out / "ours" / "tokenizer.model").is_file()  # ours: one joint BPE vocabulary
     kept = (out / "results.jsonl").read_text()
+    monkeypatch.setattr(sys, "argv", argv + ["--markdown", "--chart", str(tmp_path / "chart.png")])
     assert ablations.main() == 0  # a second sitting: both rows are skipped, nothing trains again
     assert (out / "results.jsonl").read_text() == kept
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == rows
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(printed[-1]) == rows
+    assert any(line.startswith("| `notes` |") for line in printed)  # the Markdown table
+    assert any(line.startswith("| `ours` |") and "(A) h=4: 25.5" in line for line in printed)
+    assert (tmp_path / "chart.png").stat().st_size > 1000
 
 
 def test_every_row_is_a_valid_config() -> None:
