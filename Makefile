@@ -29,6 +29,7 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_speed.py --quick
 	$(BIN)/python benchmarks/decode_speed.py --quick
+	$(BIN)/python benchmarks/lm_speed.py --quick
 
 # The browser test drives Debian's chromium; install it where we may (root + apt-get),
 # otherwise that one test is skipped with the reason.

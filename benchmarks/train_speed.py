@@ -22,7 +22,6 @@ import json
 import math
 import random
 import sys
-import time
 from contextlib import nullcontext
 
 import torch
@@ -37,29 +36,9 @@ from transformer_mt.device import has_fast_bf16, reuse_freed_memory
 from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.translation import TeacherForcing
 
+from _timing import matmul_peaks, now  # benchmarks/_timing.py
+
 VOCAB, PAD = 8000, 0
-
-
-def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
-    """Measured GFLOP/s of a square matrix product in `dtype` (the best of several timings).
-    Emulated bf16 (a CPU without native bf16) is hundreds of times slower: then 512 x 512."""
-    size, repeats = (8192, 20) if device.type == "cuda" else (2048, 8)
-    if dtype == torch.bfloat16 and not has_fast_bf16(device):
-        size, repeats = 512, 2
-    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-    best = math.inf
-    for _ in range(repeats):
-        start = now(device)
-        a @ b
-        best = min(best, now(device) - start)
-    return 2 * size**3 / best / 1e9
-
-
-def now(device: torch.device) -> float:
-    """Wall-clock seconds, after the device has finished what it was given."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def make_batches(n_batches: int, target_tokens: int = 4000, seed: int = 0) -> list:
@@ -182,7 +161,7 @@ def main() -> int:
     torch.manual_seed(0)
     steps = args.steps or (4 if args.quick else 8)
     warmup = 2
-    peaks = {"fp32": matmul_peak(torch.float32, device), "bf16": matmul_peak(torch.bfloat16, device)}
+    peaks = matmul_peaks(device)
     print(f"matmul peak: fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s", file=sys.stderr)
     batches = make_batches(steps + warmup)
     presets = args.presets.split(",") if args.presets else ["small"] if args.quick else ["small", "base"]

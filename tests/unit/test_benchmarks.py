@@ -7,7 +7,7 @@ import pytest
 
 from benchmark_loader import BENCHMARKS, load_benchmark
 
-SCRIPTS = sorted(path.stem for path in BENCHMARKS.glob("*.py"))
+SCRIPTS = sorted(path.stem for path in BENCHMARKS.glob("*.py") if not path.stem.startswith("_"))  # _*.py: shared helpers
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
