@@ -1,12 +1,15 @@
-"""A tiny run's loss curve is the one main gave before the seams refactor (issue 29).
+"""A tiny run's loss curve is the recorded one: a change that should not change what training
+computes (a refactor, a faster kernel) must leave these numbers alone.
 
-tests/data/tiny_curve_9498f71.json was recorded by `python tests/integration/test_loss_curve.py
-OUT` on commit 9498f71, before the trainer, schedule, attention and decoding code were
-reorganised: every training loss and learning rate of 60 steps (dropout, label smoothing,
-accumulation and clipping on) and every validation loss and BLEU. A refactor that changes
-behaviour changes some of these numbers. Floating-point sums depend on the CPU's kernels,
-so the numbers must be equal bit for bit on a CPU of the recorded capability (AVX2,
-AVX-512, ...), and within 1e-4 relative elsewhere."""
+tests/data/tiny_curve_fused_adam.json was recorded by `python tests/integration/test_loss_curve.py
+OUT` (2 threads) once training used PyTorch's fused Adam (issue 25): every training loss and
+learning rate of 60 steps (dropout, label smoothing, accumulation and clipping on) and every
+validation loss and BLEU. Its predecessor, recorded on 9498f71 before the seams refactor
+(issue 29), held bit for bit through that refactor; the fused optimizer changed the rounding
+of the update (tests/unit/test_schedule_loss.py checks it against the reference Adam).
+Floating-point sums depend on the CPU's kernels and the thread count, so the numbers must be
+equal bit for bit on a CPU of the recorded capability (AVX2, AVX-512, ...) with 2 threads,
+and close elsewhere (1% in the losses, 3 BLEU: rounding differences grow during training)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-GOLDEN = Path(__file__).resolve().parents[1] / "data" / "tiny_curve_9498f71.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "tiny_curve_fused_adam.json"
 OVERRIDES = ["--train.max_steps=60", "--train.valid_every=20", "--train.log_every=1", "--model.dropout=0.1",
              "--train.label_smoothing=0.1", "--train.accumulate=2", "--train.clip_norm=1.0",
              "--data.task_size=600", "--train.warmup_steps=30", "--train.lr_scale=0.5",
@@ -41,13 +44,14 @@ def test_the_tiny_loss_curve_is_mains(tmp_path: Path) -> None:
     got = tiny_curve(tmp_path / "run")
     assert [row[0] for row in got["train"]] == [row[0] for row in golden["train"]]
     assert [row[0] for row in got["valid"]] == [row[0] for row in golden["valid"]]
-    if torch.backends.cpu.get_cpu_capability() == golden["cpu_capability"]:
+    if torch.backends.cpu.get_cpu_capability() == golden["cpu_capability"] and torch.get_num_threads() == 2:
         assert got["train"] == golden["train"]
         assert got["valid"] == golden["valid"]
-    else:
-        for kind in ("train", "valid"):
-            for mine, theirs in zip(got[kind], golden[kind]):
-                assert mine[1:] == pytest.approx(theirs[1:], rel=1e-4), (kind, mine[0])
+    else:  # other rounding grows over 60 steps: 0.2% in the losses, 0.5 BLEU with 1 thread instead of 2
+        for (step, loss, lr), (_, golden_loss, golden_lr) in zip(got["train"], golden["train"]):
+            assert (loss, lr) == (pytest.approx(golden_loss, rel=1e-2), pytest.approx(golden_lr, rel=1e-9)), step
+        for (step, loss, bleu), (_, golden_loss, golden_bleu) in zip(got["valid"], golden["valid"]):
+            assert (loss, bleu) == (pytest.approx(golden_loss, rel=1e-2), pytest.approx(golden_bleu, abs=3.0)), step
 
 
 if __name__ == "__main__":
