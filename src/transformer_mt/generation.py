@@ -27,8 +27,8 @@ from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding.sampling import Sampling, generate
 from transformer_mt.device import autocast, resolve_device
 from transformer_mt.errors import UserError
-from transformer_mt.model.language_model import DecoderOnly, build_language_model
-from transformer_mt.runs import RunDir, load_run_weights
+from transformer_mt.model.language_model import DecoderOnly
+from transformer_mt.runs import RunDir, load_run_model
 
 
 def stream_loss(model: DecoderOnly, tokens: Any, block_size: int, blocks_per_batch: int, device: torch.device,
@@ -74,17 +74,7 @@ class LanguageModel:
     @classmethod
     def from_run(cls, path: str | Path, device: str = "auto", checkpoint: str = "best") -> "LanguageModel":
         """Config, tokenizer and weights of a language-model run (model.arch: decoder_only)."""
-        run = RunDir(Path(path)).require()
-        cfg = run.read_config()
-        if cfg.model.arch != "decoder_only":
-            raise UserError(f"{run.root}: is a translation model (model.arch: {cfg.model.arch}); "
-                            "use `transformer-mt translate` or `evaluate --src/--ref`")
-        tokenizer = run.read_tokenizer()
-        if len(tokenizer) != cfg.model.tgt_vocab_size:
-            raise UserError(f"{run.tokenizer_file}: has {len(tokenizer)} tokens but {run.config} says "
-                            f"model.tgt_vocab_size={cfg.model.tgt_vocab_size}")
-        model = build_language_model(cfg.model)
-        load_run_weights(model, run, checkpoint)
+        cfg, tokenizer, model = load_run_model(RunDir(Path(path)), checkpoint, arch="decoder_only")
         return cls(model, tokenizer, resolve_device(device), cfg.data.block_size)
 
     def prompt_ids(self, prompt: str) -> list[int]:

@@ -274,11 +274,23 @@ def load_run_weights(model: torch.nn.Module, run: RunDir, checkpoint: str = "bes
     return path
 
 
-def load_run_model(run: RunDir, checkpoint: str = "best") -> tuple[Config, Tokenizer, torch.nn.Module]:
+ARCH_COMMANDS = {  # what a run of each model.arch is for, for the one-line refusal of the other commands
+    "encoder_decoder": "a translation model (model.arch: encoder_decoder); use `transformer-mt translate`, "
+                       "or `evaluate --src/--ref`",
+    "decoder_only": "a language model (model.arch: decoder_only); use `transformer-mt generate`, "
+                    "or `evaluate --text` for its perplexity",
+}
+
+
+def load_run_model(run: RunDir, checkpoint: str = "best",
+                   arch: str | None = None) -> tuple[Config, Tokenizer, torch.nn.Module]:
     """Config, tokenizer and model with weights of a trained run: the model model.arch
-    names (an EncoderDecoder, or a decoder-only DecoderOnly)."""
+    names (an EncoderDecoder, or a decoder-only DecoderOnly). With `arch`, a run of the
+    other kind is refused in one line that says which command serves it."""
     run.require()
     cfg = run.read_config()
+    if arch is not None and cfg.model.arch != arch:
+        raise UserError(f"{run.root}: is {ARCH_COMMANDS[cfg.model.arch]}")
     tokenizer = run.read_tokenizer()
     if len(tokenizer) != cfg.model.tgt_vocab_size:
         raise UserError(f"{run.tokenizer_file}: has {len(tokenizer)} subwords but {run.config} says "

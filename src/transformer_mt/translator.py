@@ -136,11 +136,7 @@ class Translator:
         if dtype == "int8":
             device = int8_device(device)
             decode_overrides["precision"] = int8_precision(decode_overrides.get("precision", "fp32"))
-        run = RunDir(Path(path))
-        if run.require().read_config().model.arch == "decoder_only":
-            raise UserError(f"{run.root}: is a language model (model.arch: decoder_only); "
-                            "use `transformer-mt generate`, or `evaluate --text` for its perplexity")
-        cfg, tokenizer, model = load_run_model(run, checkpoint)
+        cfg, tokenizer, model = load_run_model(RunDir(Path(path)), checkpoint, arch="encoder_decoder")
         defaults = decode_settings(cfg.decode, **decode_overrides)
         return cls(prepare_model(model, dtype), tokenizer, defaults, resolve_device(device))
 

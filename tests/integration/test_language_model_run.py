@@ -80,11 +80,35 @@ def test_bad_generation_settings_get_one_line(trained: Path, capsys: pytest.Capt
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_translation_commands_refuse_a_language_model_in_one_line(trained: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["translate", str(trained), "-i", str(trained / "data" / "test.txt")]) == 2
-    assert "is a language model" in capsys.readouterr().err
+@pytest.mark.parametrize("command", [["translate", "RUN", "-i", "RUN/data/test.txt"],
+                                     ["export", "hf", "RUN", "--out", "OUT"],
+                                     ["export", "ctranslate2", "RUN", "--out", "OUT"],
+                                     ["plot", "attention", "RUN", "one", "--out", "OUT.png"]])
+def test_translation_commands_refuse_a_language_model_in_one_line(trained: Path, tmp_path: Path, command: list[str],
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    argv = [part.replace("RUN", str(trained)).replace("OUT", str(tmp_path / "out")) for part in command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a language model" in err and "transformer-mt generate" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_evaluate_asks_a_language_model_for_text_and_generate_refuses_a_translator(
+        trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["evaluate", str(trained), "--src", "a", "--ref", "b"]) == 2
     assert "give --text" in capsys.readouterr().err
+    translator = tmp_path / "mt"
+    fit(load_config("tiny", ["--train.max_steps=2", "--data.task_size=100"]), translator, progress=False)
+    assert main(["generate", str(translator), "--prompt", "w1"]) == 2
+    assert "is a translation model" in capsys.readouterr().err
+
+
+def test_vocab_and_prepare_make_a_language_models_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["vocab", "lm_tiny", "--run", str(tmp_path / "vocab")]) == 0
+    assert (tmp_path / "vocab" / "tokenizer.model").is_file()
+    assert main(["prepare", "lm_tiny", "--run", str(tmp_path / "prepared"), "--no-progress"]) == 0
+    assert "training tokens" in capsys.readouterr().err
+    assert (tmp_path / "prepared" / "prepared" / "stream.json").is_file()
 
 
 def test_a_missing_or_undecodable_text_gets_one_line_and_leaves_no_run(tmp_path: Path,

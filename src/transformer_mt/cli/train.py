@@ -97,9 +97,8 @@ def run_prepare(args: argparse.Namespace) -> int:
     from transformer_mt.training import prepare_run
 
     cfg = load_config(args.config, split_overrides(args.overrides)) if args.config else None
-    data = prepare_run(cfg, args.run, progress=not args.no_progress)
-    log.info("%s: %d training pairs (%d filtered), %d validation pairs, ready to train", RunDir(Path(args.run)).prepared,
-             len(data.train_src), data.filtered, len(data.valid_src))
+    summary = prepare_run(cfg, args.run, progress=not args.no_progress)
+    log.info("%s: %s, ready to train", RunDir(Path(args.run)).prepared, summary)
     return 0
 
 

@@ -86,7 +86,7 @@ def export_ctranslate2(
     ctranslate2 = _import_ctranslate2()
     run, out = RunDir(Path(run_dir)), Path(out_dir)
     check_out_dir(out, run.root, force)
-    cfg, tokenizer, model = load_run_model(run, checkpoint)
+    cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
     require_joint(tokenizer, "the CTranslate2 export (shared_vocabulary.json)")
     spec = build_spec(model, tokenizer, getattr(cfg.model, "activation", "relu"), str(run.root))
     for path in run.tokenizer_files():  # tokenizer.model, or an imported run's vocab.json + spm models

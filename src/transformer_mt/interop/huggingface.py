@@ -81,7 +81,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str = "best"
         raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
     run, out = RunDir(Path(run_dir)), Path(out_dir)
     check_out_dir(out, run.root, force)
-    cfg, tokenizer, model = load_run_model(run, checkpoint)
+    cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
     require_joint(tokenizer, "the Hugging Face export (one vocab.json and one embedding)")
     where = str(run.root)
     check_exportable(cfg, model, where)

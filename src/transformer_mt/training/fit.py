@@ -17,7 +17,7 @@ from torch import nn
 
 from transformer_mt.config import Config, ConfigError, ModelConfig, replace
 from transformer_mt.data.corpus_files import corpus_paths
-from transformer_mt.data.prepare import PreparedData
+from transformer_mt.data.text_stream import load_or_train_text_tokenizer, text_paths
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
 from transformer_mt.errors import UserError
@@ -72,6 +72,9 @@ def train_vocabulary(cfg: Config, run: RunDir) -> Tokenizer:
         raise UserError(f"{run.tokenizer_file}: exists already; a run keeps its vocabulary (use a new --run)")
     with removed_on_failure(run, active=True):
         run.root.mkdir(parents=True, exist_ok=True)
+        if cfg.model.arch == "decoder_only":
+            text = text_paths(cfg.data, run.data, cfg.train.seed)
+            return load_or_train_text_tokenizer(cfg.data, text.train, run.tokenizer, cfg.train.seed)
         paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
         return load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer, cfg.train.seed)
 
@@ -108,14 +111,15 @@ def initialize_from(model: nn.Module, cfg: Config) -> None:
     log.info("starting from the weights of %s", path)
 
 
-def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> PreparedData:
+def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> str:
     """What `train` does before its first step, alone (`transformer-mt prepare`): the
     vocabulary, the prepared data and config.yaml of a new run, so that training (on one
-    process or many) starts at once. On an existing run it checks the data is current."""
+    process or many) starts at once. On an existing run it checks the data is current.
+    Returns one line on what was prepared."""
     run = RunDir(Path(run_dir))
     cfg = resolve_run_config(cfg, run)
     with removed_on_failure(run, active=not run.config.is_file()):
-        return make_task(cfg, run, DistributedContext(), progress).data
+        return make_task(cfg, run, DistributedContext(), progress).prepared_summary()
 
 
 def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:

@@ -94,6 +94,12 @@ class LanguageModelTask:
         return (f"training on {len(self.data.train):,} tokens ({self.data.train.lines:,} lines), blocks of "
                 f"{self.cfg.data.block_size}, {len(batches) // self.cfg.train.accumulate} steps per epoch")
 
+    def prepared_summary(self) -> str:
+        """What `prepare` made, in a few words."""
+        valid = self.data.valid
+        return (f"{len(self.data.train):,} training tokens ({self.data.train.lines:,} lines), "
+                f"{len(valid) if valid else 0:,} validation tokens")
+
     @torch.no_grad()
     def validate(self, model: DecoderOnly, device: torch.device, precision: str) -> dict[str, Any]:
         """Loss per token (nats), perplexity and bits per character of the validation text,

@@ -13,6 +13,7 @@ between, say, translation (training/translation.py) and a language model:
     validate(model, ...)   a dict of validation numbers ({} without validation data)
     selection              which of those numbers selects the best model, and its direction
     summary(batches)       one log line about the data, before training starts
+    prepared_summary()     what `prepare` made, in a few words
 
 A batch only needs `to(device)` and `n_tokens` (the targets it holds): the loss of a step
 is divided by the tokens of all its batches, so an update does not depend on how the
@@ -84,4 +85,7 @@ class Task(Protocol):
         ...
 
     def summary(self, batches: BatchSource) -> str:
+        ...
+
+    def prepared_summary(self) -> str:
         ...

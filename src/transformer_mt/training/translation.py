@@ -114,6 +114,11 @@ class TranslationTask:
                 f"{len(batches) // self.cfg.train.accumulate} steps per epoch, "
                 f"{100 * batches.padding_fraction():.1f}% padding")
 
+    def prepared_summary(self) -> str:
+        """What `prepare` made, in a few words."""
+        return (f"{len(self.data.train_src)} training pairs ({self.data.filtered} filtered), "
+                f"{len(self.data.valid_src)} validation pairs")
+
     # ---- validation ---------------------------------------------------------------
     @torch.no_grad()
     def validation_loss(self, model: EncoderDecoder, device: torch.device, precision: str) -> float:

@@ -40,7 +40,7 @@ def labelled_ids(vocab_size: int, count: int, seed: int = 0) -> list[int]:
 def embeddings_figure(run: str | Path, labels: int = 60, checkpoint: str = "best") -> Figure:
     """Every subword embedding of the run as a point on the first two principal
     components, `labels` of them with their piece."""
-    _, tokenizer, model = load_run_model(RunDir(Path(run)), checkpoint)
+    _, tokenizer, model = load_run_model(RunDir(Path(run)), checkpoint, arch="encoder_decoder")
     weights = model.tgt_embed.lut.weight.detach().float()  # (V, d_model)
     points, explained = principal_components(weights)
     fig = new_figure(10, 8, f"Subword embeddings of {Path(run).resolve().name}: {weights.size(0)} pieces, PCA")
