@@ -1,0 +1,156 @@
+"""Time to quality (issue 25): train a Multi30k recipe under wall-clock budgets
+(train.budget_minutes) and score each run's default model on the test sets.
+
+    python benchmarks/time_to_quality.py --preset multi30k_en_de --budgets 10,30,60
+    python benchmarks/time_to_quality.py --preset multi30k_de_en --budgets 30,60 --chart docs/time_to_quality.png
+    python benchmarks/time_to_quality.py --preset multi30k_en_de --budgets 60 --override=--train.precision=fp32
+
+Each run trains with --train.budget_minutes=B (the run measures its speed, then plans its
+steps, schedule, validation and averaging; training/budget.py), then translates
+test_2016_flickr and test_2017_flickr with the model `translate` loads by default (the
+average or the best checkpoint, chosen on validation) and reports cased sacreBLEU, BLEU on
+lowercased 13a-tokenized text and chrF, and the validation BLEU that selected it. Every
+finished run is appended to --results (a committed JSONL file, so a search can be continued
+and reproduced: config overrides, budget, steps, validation and test scores, the host's
+matmul peaks); a run already there with the same preset, budget and overrides is not
+trained again. --chart draws test_2016 BLEU against training minutes per preset, with the
+2-hour recipe's published BLEU as a reference line."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+from _timing import matmul_peaks  # noqa: E402
+from transformer_mt.config import load_config  # noqa: E402
+from transformer_mt.data.corpus import read_parallel  # noqa: E402
+from transformer_mt.evaluation import score  # noqa: E402
+from transformer_mt.runs import read_events  # noqa: E402
+from transformer_mt.training import fit  # noqa: E402
+from transformer_mt.translator import Translator  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+RESULTS = Path(__file__).resolve().parent / "results" / "time_to_quality.jsonl"
+LANGUAGES = {"multi30k_en_de": ("en", "de"), "multi30k_de_en": ("de", "en")}
+TWO_HOUR_RECIPE = {"multi30k_en_de": 38.8, "multi30k_de_en": 41.4}  # cased test_2016 BLEU before issue 25
+TEST_SETS = ("test_2016_flickr", "test_2017_flickr")
+
+
+def data_overrides(folder: Path, src: str, tgt: str) -> list[str]:
+    """The Multi30k files of `folder` for one direction: train, val (selection), test_2016."""
+    files = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+    return [f"--data.{split}_{side}={folder / f'{name}.{lang}.gz'}"
+            for split, name in files.items() for side, lang in (("src", src), ("tgt", tgt))]
+
+
+def test_scores(run: Path, folder: Path, src: str, tgt: str) -> dict[str, dict[str, float]]:
+    """Cased BLEU, lowercased-tokenized BLEU and chrF of the run's default model on each test set there is."""
+    translator = Translator.from_run(run)
+    scores = {}
+    for name in TEST_SETS:
+        if (folder / f"{name}.{src}.gz").is_file() and (folder / f"{name}.{tgt}.gz").is_file():
+            test = read_parallel(folder / f"{name}.{src}.gz", folder / f"{name}.{tgt}.gz")
+            result = score(translator.translate(test.src), test.tgt, lowercase_tokenized=True)
+            scores[name] = {"bleu": result.bleu, "bleu_lc_tok": result.bleu_lc_tok, "chrf": result.chrf}
+    return scores
+
+
+def train_and_score(preset: str, budget: float, overrides: list[str], args: argparse.Namespace) -> dict:
+    """One run of `preset` under `budget` minutes, scored; its record for the results file."""
+    src, tgt = LANGUAGES[preset]
+    suffix = "_" + hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8] if overrides else ""
+    run = args.out / f"{preset}_{budget:g}m{suffix}"
+    cfg = load_config(preset, data_overrides(args.data, src, tgt) + [f"--train.budget_minutes={budget}"] + overrides)
+    start = time.perf_counter()
+    trainer = fit(cfg, run, progress=False)
+    valid = [e for e in read_events(run / "metrics.jsonl") if e.get("event") in ("valid", "average")]
+    chosen = max((e.get("bleu", 0.0) for e in valid), default=None)
+    return {"preset": preset, "budget_minutes": budget, "overrides": overrides, "steps": trainer.state.step,
+            "train_minutes": trainer.state.train_seconds / 60, "wall_minutes": (time.perf_counter() - start) / 60,
+            "valid_bleu": chosen, "test": test_scores(run, args.data, src, tgt), "run": str(run),
+            "date": date.today().isoformat(), "peaks_gflops": args.peaks, "torch": torch.__version__}
+
+
+def key(record: dict) -> tuple:
+    return record["preset"], float(record["budget_minutes"]), tuple(record["overrides"])
+
+
+def draw_chart(records: list[dict], path: Path) -> None:
+    """test_2016 BLEU against training minutes, one line per preset, the 2-hour recipe dashed."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.2), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    for index, preset in enumerate(sorted({r["preset"] for r in records})):
+        rows = sorted((r for r in records if r["preset"] == preset and not r["overrides"]),
+                      key=lambda r: r["budget_minutes"])
+        points = [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
+                  if "test_2016_flickr" in r["test"]]
+        if points:
+            ax.plot(*zip(*points), marker="o", color=f"C{index}", label=f"{preset} (budgeted)")
+        if preset in TWO_HOUR_RECIPE:
+            ax.axhline(TWO_HOUR_RECIPE[preset], color=f"C{index}", linestyle="--", linewidth=1,
+                       label=f"{preset}: the 2-hour recipe")
+    ax.set_xlabel("training minutes (2-core CPU)")
+    ax.set_ylabel("test_2016 BLEU (cased sacreBLEU)")
+    ax.set_title("BLEU against training time")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", action="append", choices=sorted(LANGUAGES), help="recipe(s) (default: both)")
+    parser.add_argument("--budgets", default="10,30,60", help="comma-separated minutes (default 10,30,60)")
+    parser.add_argument("--override", action="append", default=[], help="a config override for every run, "
+                        "e.g. --override=--train.precision=fp32 (repeatable)")
+    parser.add_argument("--data", type=Path, default=DATA, help="a Multi30k folder (default ../shared/data/multi30k)")
+    parser.add_argument("--out", type=Path, default=Path("runs/time_to_quality"), help="run folders")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"JSONL of every finished run (default {RESULTS})")
+    parser.add_argument("--chart", type=Path, help="draw test_2016 BLEU against minutes to this PNG")
+    parser.add_argument("--json", action="store_true", help="last line: this invocation's records as JSON")
+    args = parser.parse_args()
+    logging.getLogger("transformer_mt").setLevel(logging.WARNING)
+    budgets = [float(b) for b in args.budgets.split(",") if b]
+    known = {}
+    if args.results.is_file():
+        known = {key(r): r for r in map(json.loads, args.results.read_text(encoding="utf-8").splitlines()) if r}
+    args.peaks = matmul_peaks(torch.device("cpu"))
+    print(f"host: matmul peak fp32 {args.peaks['fp32']:.0f} GFLOP/s, bf16 {args.peaks['bf16']:.0f} GFLOP/s")
+    print(f"{'preset':<16} {'budget':>6} {'steps':>6} {'minutes':>7} {'val':>5} {'2016':>5} {'lc-tok':>6} "
+          f"{'chrF':>5} {'2017':>5} {'lc-tok':>6}")
+    mine = []
+    for preset in args.preset or sorted(LANGUAGES):
+        for budget in budgets:
+            record = known.get((preset, budget, tuple(args.override)))
+            if record is None:
+                record = train_and_score(preset, budget, args.override, args)
+                args.results.parent.mkdir(parents=True, exist_ok=True)
+                with open(args.results, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(record) + "\n")
+                known[key(record)] = record
+            mine.append(record)
+            t16, t17 = (record["test"].get(name, {}) for name in TEST_SETS)
+            print(f"{preset:<16} {budget:>6g} {record['steps']:>6} {record['train_minutes']:>7.1f} "
+                  f"{record['valid_bleu'] or 0:>5.1f} {t16.get('bleu', 0):>5.1f} {t16.get('bleu_lc_tok', 0):>6.1f} "
+                  f"{t16.get('chrf', 0):>5.1f} {t17.get('bleu', 0):>5.1f} {t17.get('bleu_lc_tok', 0):>6.1f}", flush=True)
+    if args.chart:
+        draw_chart(list(known.values()), args.chart)
+    if args.json:
+        print(json.dumps(mine))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

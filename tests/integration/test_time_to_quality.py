@@ -1,0 +1,50 @@
+"""benchmarks/time_to_quality.py trains a recipe under a budget, scores both test sets,
+keeps the record, skips it when run again, and draws the chart."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark_loader import load_benchmark
+
+SMALL = ["--override=--model.n_layers=1", "--override=--model.d_model=32", "--override=--model.d_ff=64",
+         "--override=--train.warmup_steps=2", "--override=--decode.max_len_b=5", "--override=--data.vocab_size=60"]
+
+
+def write_multi30k(folder: Path, lines: int = 40) -> None:
+    """Random word pairs in the Multi30k layout (SPLIT.en.gz / SPLIT.de.gz), both test sets."""
+    rng = random.Random(1)
+    folder.mkdir()
+    for split in ("train", "val", "test_2016_flickr", "test_2017_flickr"):
+        words = [[f"w{rng.randrange(20)}" for _ in range(rng.randrange(2, 6))] for _ in range(lines)]
+        for lang, sentences in (("en", words), ("de", [list(reversed(w)) for w in words])):
+            with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
+                handle.write("".join(" ".join(w) + "\n" for w in sentences))
+
+
+def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    ttq = load_benchmark("time_to_quality")
+    write_multi30k(tmp_path / "data")
+    results, chart = tmp_path / "results.jsonl", tmp_path / "ttq.png"
+    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.1", "--data", str(tmp_path / "data"),
+            "--out", str(tmp_path / "runs"), "--results", str(results), "--json", *SMALL]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert ttq.main() == 0
+    (record,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["budget_minutes"] == 0.1 and record["steps"] >= 2
+    assert set(record["test"]) == {"test_2016_flickr", "test_2017_flickr"}
+    assert all(0 <= v["bleu"] <= 100 and v["bleu_lc_tok"] is not None for v in record["test"].values())
+    assert record["peaks_gflops"]["fp32"] > 0
+    assert (Path(record["run"]) / "plan.json").is_file()
+    kept = results.read_text()
+    monkeypatch.setattr(sys, "argv", argv + ["--chart", str(chart)])
+    assert ttq.main() == 0  # the same preset, budget and overrides: read back, not trained again
+    assert results.read_text() == kept
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == [record]
+    assert chart.stat().st_size > 1000
