@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import gzip
 import json
-import random
 import sys
 from pathlib import Path
 
 import pytest
 
 from benchmark_loader import load_benchmark
-
-
-def write_multi30k(folder: Path, lines: int = 60) -> None:
-    """Random word pairs in the Multi30k layout (SPLIT.de.gz / SPLIT.en.gz)."""
-    rng = random.Random(0)
-    folder.mkdir()
-    for split in ("train", "val", "test_2016_flickr"):
-        words = [[f"w{rng.randrange(30)}" for _ in range(rng.randrange(2, 7))] for _ in range(lines)]
-        for lang, sentences in (("de", words), ("en", [list(reversed(w)) for w in words])):
-            with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
-                handle.write("".join(" ".join(w) + "\n" for w in sentences))
+from run_helpers import write_multi30k
 
 
 def test_two_tiny_rows_run_and_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -19,9 +19,10 @@ from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
 from transformer_mt.training.loss import LabelSmoothingLoss
 
+from run_helpers import WORLD_SIZE, fit_on_one_thread, max_difference, torchrun
+
 WORKER = Path(__file__).with_name("ddp_worker.py")
 STEPS = 6  # as in ddp_worker.py
-WORLD_SIZE = 2
 
 
 def rank_loss(summed_loss: torch.Tensor, rank_tokens: int, all_tokens: int) -> torch.Tensor:
@@ -50,7 +51,9 @@ def reference_run(cfg: Config, initial: dict, src: list, tgt: list, ranks: list[
     model.load_state_dict(initial)
     model.train()
     params = list(model.parameters())
-    optimizer = torch.optim.Adam(params, lr=0.0, betas=cfg.train.adam_betas, eps=cfg.train.adam_eps)
+    # fused, as training's: this test is about the gradient averaging (test_schedule_loss checks
+    # the fused update against the reference Adam, which rounds differently over many steps)
+    optimizer = torch.optim.Adam(params, lr=0.0, betas=cfg.train.adam_betas, eps=cfg.train.adam_eps, fused=True)
     criterion = LabelSmoothingLoss(cfg.model.tgt_vocab_size, PAD_ID, cfg.train.label_smoothing)
     streams = [BatchStream(src, tgt, cfg.data.max_tokens, cfg.train.seed, rank, WORLD_SIZE) for rank in ranks]
     for step in range(1, STEPS + 1):
@@ -70,10 +73,6 @@ def reference_run(cfg: Config, initial: dict, src: list, tgt: list, ranks: list[
             group["lr"] = paper_rate(step, cfg)
         optimizer.step()
     return model.state_dict()
-
-
-def max_difference(a: dict, b: dict) -> float:
-    return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
 def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_path: Path) -> None:
@@ -132,19 +131,9 @@ def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_p
     assert max_difference(initial, expected) > 1e-4
 
 
-def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The README's command line: torchrun ... -m transformer_mt -- train ..."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-               "-m", "transformer_mt", "--", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-
 def test_two_processes_train_as_one_process_with_twice_the_accumulation(tmp_path: Path) -> None:
     """2 processes with accumulate 1 == 1 process with accumulate 2 on the same batches
     (fp32, dropout 0): the loss of a step is divided by the global token count."""
-    from transformer_mt.training import fit
-
     args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
             "--model.dropout=0.0", "--train.precision=fp32"]
     result = torchrun("train", "tiny", "--run", str(tmp_path / "two"), "--no-progress", *args)
@@ -152,12 +141,7 @@ def test_two_processes_train_as_one_process_with_twice_the_accumulation(tmp_path
     assert "a step takes 2 batch(es)" in result.stderr
     two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        one = fit(load_config("tiny", [*args, "--train.accumulate=2"]), tmp_path / "one", progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    one = fit_on_one_thread("tiny", [*args, "--train.accumulate=2"], tmp_path / "one")
     assert max_difference(two["model"], one.model.state_dict()) <= 1e-6
     assert len(two["rng"]) == WORLD_SIZE  # every rank's random states, in rank order
     assert not torch.equal(two["rng"][0]["torch"], two["rng"][1]["torch"])  # each rank its own dropout

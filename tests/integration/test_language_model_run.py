@@ -5,10 +5,7 @@ the accumulation, generates from the command line, and bad input gets one line."
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +18,8 @@ from transformer_mt.config import load_config
 from transformer_mt.data.text_stream import open_text
 from transformer_mt.runs import read_events
 from transformer_mt.training import fit
+
+from run_helpers import fit_on_one_thread, max_difference, torchrun
 
 FAST = ["--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=5", "--data.task_size=500",
         "--model.dropout=0.1", "--train.precision=fp32"]
@@ -138,19 +137,11 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path: Path
 def test_two_processes_train_as_one_with_twice_the_accumulation(tmp_path: Path) -> None:
     args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
             "--model.dropout=0.0", "--train.precision=fp32"]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "transformer_mt", "--", "train", "lm_tiny", "--run", str(tmp_path / "two"), "--no-progress", *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = torchrun("train", "lm_tiny", "--run", str(tmp_path / "two"), "--no-progress", *args)
     assert result.returncode == 0, result.stderr[-3000:]
     two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        one = fit(load_config("lm_tiny", [*args, "--train.accumulate=2"]), tmp_path / "one", progress=False)
-    finally:
-        torch.set_num_threads(threads)
-    state = one.model.state_dict()
-    assert max((two[k].float() - state[k].float()).abs().max().item() for k in two) <= 1e-6
+    one = fit_on_one_thread("lm_tiny", [*args, "--train.accumulate=2"], tmp_path / "one")
+    assert max_difference(two, one.model.state_dict()) <= 1e-6
 
 
 def test_the_language_model_demo_trains_generates_and_draws(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

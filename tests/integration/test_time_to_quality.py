@@ -3,34 +3,22 @@ keeps the record, skips it when run again, and draws the chart."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import random
 import sys
 from pathlib import Path
 
 import pytest
 
 from benchmark_loader import load_benchmark
+from run_helpers import write_multi30k
 
 SMALL = ["--override=--model.n_layers=1", "--override=--model.d_model=32", "--override=--model.d_ff=64",
          "--override=--train.warmup_steps=2", "--override=--decode.max_len_b=5", "--override=--data.vocab_size=60"]
 
 
-def write_multi30k(folder: Path, lines: int = 40) -> None:
-    """Random word pairs in the Multi30k layout (SPLIT.en.gz / SPLIT.de.gz), both test sets."""
-    rng = random.Random(1)
-    folder.mkdir()
-    for split in ("train", "val", "test_2016_flickr", "test_2017_flickr"):
-        words = [[f"w{rng.randrange(20)}" for _ in range(rng.randrange(2, 6))] for _ in range(lines)]
-        for lang, sentences in (("en", words), ("de", [list(reversed(w)) for w in words])):
-            with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
-                handle.write("".join(" ".join(w) + "\n" for w in sentences))
-
-
 def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     ttq = load_benchmark("time_to_quality")
-    write_multi30k(tmp_path / "data")
+    write_multi30k(tmp_path / "data", ("en", "de"), lines=40, splits=("train", "val", "test_2016_flickr", "test_2017_flickr"), seed=1)
     results, chart = tmp_path / "results.jsonl", tmp_path / "ttq.png"
     argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.1", "--data", str(tmp_path / "data"),
             "--out", str(tmp_path / "runs"), "--results", str(results), "--json", *SMALL]

@@ -57,13 +57,12 @@ from transformer_mt.data.gpt2_tokenizer import END_OF_TEXT, ByteLevelBPETokenize
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_write_text
 from transformer_mt.interop.folders import write_folder
-from transformer_mt.interop.marian import HUB_NAME, read_weights
+from transformer_mt.interop.hub_folder import WEIGHT_FILES, read_json, read_weights, resolve_source
 from transformer_mt.model.language_model import DecoderOnly, build_language_model
 from transformer_mt.runs import RunDir, save_weights
 
 log = logging.getLogger("transformer_mt")
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json")
 DOWNLOADED = ["config.json", "generation_config.json", *TOKENIZER_FILES]
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
@@ -83,8 +82,8 @@ def import_gpt2(source: str | Path, run_dir: str | Path) -> RunDir:
     run = RunDir(Path(run_dir))
     if run.root.exists() and (not run.root.is_dir() or any(run.root.iterdir())):
         raise UserError(f"{run.root}: exists already; import into a new --run")
-    folder = resolve_source(source)
-    hf = read_json(folder / "config.json", required=True)
+    folder = resolve_source(source, "GPT-2", "openai-community/gpt2", DOWNLOADED)
+    hf = read_json(folder / "config.json", required=True, kind="GPT-2")
     check_model_type(hf, folder)
     check_config(hf, folder)
     tokenizer = load_source_tokenizer(folder)
@@ -107,54 +106,6 @@ def import_gpt2(source: str | Path, run_dir: str | Path) -> RunDir:
     log.info("imported %s into %s: %d layers, d_model %d, %d heads, %d pieces, %d positions", source, run.root,
              cfg.model.n_layers, cfg.model.d_model, cfg.model.n_heads, len(tokenizer), cfg.model.max_positions)
     return run
-
-
-# ---- the source --------------------------------------------------------------------------
-def resolve_source(source: str | Path) -> Path:
-    """A local folder as it is; anything else is a model name downloaded from the Hub."""
-    path = Path(source)
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise UserError(f"{source}: not a folder (give a folder in the Hugging Face GPT-2 layout or a model name)")
-    if not HUB_NAME.match(str(source)):
-        raise UserError(f"{source}: no such folder (nor a Hub model name such as openai-community/gpt2)")
-    return download(str(source))
-
-
-def download(name: str) -> Path:
-    """config, tokenizer files and weights of the Hub model `name` (safetensors if it has them)."""
-    how = (f"on a machine that is online run `hf download {name} --local-dir DIR` (or fetch config.json, "
-           f"vocab.json, merges.txt and model.safetensors or pytorch_model.bin from https://huggingface.co/{name}), "
-           "then import DIR")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise UserError(f"{name}: no such folder, and downloading a model by name needs huggingface_hub "
-                        f"(pip install 'transformer-mt[interop]'); or {how}") from None
-    try:
-        folder = Path(snapshot_download(repo_id=name, allow_patterns=DOWNLOADED + ["model.safetensors"]))
-        if not (folder / "model.safetensors").is_file():
-            folder = Path(snapshot_download(repo_id=name, allow_patterns=DOWNLOADED + ["pytorch_model.bin"]))
-    except Exception as err:  # offline, unknown name, HTTP errors: all end here
-        reason = (str(err).strip().splitlines() or [""])[0][:200]
-        raise UserError(f"{name}: no such folder, and downloading it from the Hugging Face Hub failed "
-                        f"({type(err).__name__}: {reason}); {how}") from None
-    return folder
-
-
-def read_json(path: Path, required: bool = False) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise UserError(f"{path}: missing; is {path.parent} a Hugging Face GPT-2 model folder?")
-        return {}
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise UserError(f"{path}: not readable JSON ({str(err).splitlines()[0]})") from None
-    if not isinstance(found, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return found
 
 
 def load_source_tokenizer(folder: Path) -> ByteLevelBPETokenizer:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,13 +64,12 @@ from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path, atomic_write_text
 from transformer_mt.interop import joint
 from transformer_mt.interop.folders import write_folder
+from transformer_mt.interop.hub_folder import WEIGHT_FILES, read_json, read_weights, resolve_source
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
 from transformer_mt.runs import RunDir, save_weights
 
 log = logging.getLogger("transformer_mt")
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # name or namespace/name
 DOWNLOADED = ["config.json", "generation_config.json", "tokenizer_config.json", *MARIAN_TOKENIZER_FILES]
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}  # Hugging Face name -> ours
 REFUSED_FLAGS = {  # config.json keys (older conversions carry them) whose other value we cannot represent
@@ -97,8 +95,8 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
     run = RunDir(Path(run_dir))
     if run.root.exists() and (not run.root.is_dir() or any(run.root.iterdir())):
         raise UserError(f"{run.root}: exists already; import into a new --run")
-    folder = resolve_source(source)
-    hf = read_json(folder / "config.json", required=True)
+    folder = resolve_source(source, "Marian", "Helsinki-NLP/opus-mt-en-de", DOWNLOADED)
+    hf = read_json(folder / "config.json", required=True, kind="Marian")
     check_model_type(hf, folder)
     generation = {**hf, **read_json(folder / "generation_config.json")}
     ours = joint.is_joint(folder)  # our own layout (`export hf`): the ids are ours, row for row
@@ -140,55 +138,6 @@ def write_tokenizer_files(folder: Path, run_root: Path, ours: bool) -> None:
             shutil.copyfile(folder / name, out)
 
 
-# ---- the source --------------------------------------------------------------------------
-def resolve_source(source: str | Path) -> Path:
-    """A local folder as it is; anything else is a model name downloaded from the Hub."""
-    path = Path(source)
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise UserError(f"{source}: not a folder (give a folder in the Hugging Face Marian layout or a model name)")
-    if not HUB_NAME.match(str(source)):
-        raise UserError(f"{source}: no such folder (nor a Hub model name such as Helsinki-NLP/opus-mt-en-de)")
-    return download(str(source))
-
-
-def download(name: str) -> Path:
-    """config, tokenizer files and weights of the Hub model `name` (safetensors if it has them)."""
-    how = (f"on a machine that is online run `hf download {name} --local-dir DIR` (or fetch "
-           f"config.json, generation_config.json, source.spm, target.spm, vocab.json and model.safetensors or "
-           f"pytorch_model.bin from https://huggingface.co/{name}), then import DIR")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise UserError(f"{name}: no such folder, and downloading a model by name needs huggingface_hub "
-                        f"(pip install 'transformer-mt[interop]'); or {how}") from None
-    try:
-        folder = Path(snapshot_download(repo_id=name, allow_patterns=DOWNLOADED + ["model.safetensors"]))
-        if not (folder / "model.safetensors").is_file():
-            folder = Path(snapshot_download(repo_id=name, allow_patterns=DOWNLOADED + ["pytorch_model.bin"]))
-    except Exception as err:  # offline, unknown name, HTTP errors: all end here
-        reason = (str(err).strip().splitlines() or [""])[0][:200]
-        raise UserError(f"{name}: no such folder, and downloading it from the Hugging Face Hub failed "
-                        f"({type(err).__name__}: {reason}); {how}") from None
-    return folder
-
-
-def read_json(path: Path, required: bool = False) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise UserError(f"{path}: missing; is {path.parent} a Hugging Face Marian model folder?")
-        return {}
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise UserError(f"{path}: not readable JSON ({str(err).splitlines()[0]})") from None
-    if not isinstance(found, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return found
-
-
-# ---- the configuration -------------------------------------------------------------------
 def check_model_type(hf: dict[str, Any], folder: Path) -> None:
     """A model of another architecture is refused first, before its files are looked for."""
     model_type = hf.get("model_type", "marian")
@@ -245,31 +194,6 @@ def run_config(hf: dict[str, Any], generation: dict[str, Any], rows: int, share_
     cfg = Config(model=model, data=DataConfig(max_len=min(250, positions - 1)), decode=decode)
     cfg.validate()
     return cfg
-
-
-# ---- the weights -------------------------------------------------------------------------
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors, else pytorch_model.bin (read with weights_only=True), as float32."""
-    for name in WEIGHT_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-
-                state = load_file(str(path))
-            else:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # a damaged or foreign file
-            raise UserError(f"{path}: not a readable weights file ({type(err).__name__}: "
-                            f"{(str(err).strip().splitlines() or [''])[0][:200]})") from None
-        if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-            raise UserError(f"{path}: expected a dictionary of tensors")
-        return {key: tensor.float() for key, tensor in state.items()}
-    sharded = [p.name for p in folder.glob("*.index.json")]
-    raise UserError(f"{folder}: no {' or '.join(WEIGHT_FILES)}" + (f" (sharded weights, {sharded[0]}, are not supported)"
-                                                                   if sharded else ""))
 
 
 def load_marian_state(model: EncoderDecoder, state: dict[str, torch.Tensor], hf: dict[str, Any],

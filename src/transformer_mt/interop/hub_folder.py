@@ -1,0 +1,92 @@
+"""A Hugging Face model folder as the importers read it (interop/marian.py, interop/gpt2.py):
+a local folder, or a model name downloaded from the Hub; its JSON files and its weights,
+each problem one UserError line that names the file."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer_mt.errors import UserError
+
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # name or namespace/name
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def resolve_source(source: str | Path, kind: str, example: str, downloaded: list[str]) -> Path:
+    """A local folder as it is; anything else is a model name whose `downloaded` files (and
+    weights) are fetched from the Hub. `kind` (Marian, GPT-2) and `example` (a model name)
+    make the error messages."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise UserError(f"{source}: not a folder (give a folder in the Hugging Face {kind} layout or a model name)")
+    if not HUB_NAME.match(str(source)):
+        raise UserError(f"{source}: no such folder (nor a Hub model name such as {example})")
+    return download(str(source), downloaded)
+
+
+def download(name: str, downloaded: list[str]) -> Path:
+    """The files `downloaded` and the weights (safetensors if the model has them) of the Hub model `name`."""
+    how = (f"on a machine that is online run `hf download {name} --local-dir DIR` (or fetch "
+           f"{', '.join(downloaded)} and model.safetensors or pytorch_model.bin from https://huggingface.co/{name}), "
+           "then import DIR")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UserError(f"{name}: no such folder, and downloading a model by name needs huggingface_hub "
+                        f"(pip install 'transformer-mt[interop]'); or {how}") from None
+    try:
+        folder = Path(snapshot_download(repo_id=name, allow_patterns=downloaded + ["model.safetensors"]))
+        if not (folder / "model.safetensors").is_file():
+            folder = Path(snapshot_download(repo_id=name, allow_patterns=downloaded + ["pytorch_model.bin"]))
+    except Exception as err:  # offline, unknown name, HTTP errors: all end here
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise UserError(f"{name}: no such folder, and downloading it from the Hugging Face Hub failed "
+                        f"({type(err).__name__}: {reason}); {how}") from None
+    return folder
+
+
+def read_json(path: Path, required: bool = False, kind: str = "") -> dict[str, Any]:
+    """A JSON object file; {} if it is missing and not `required` (then the message asks
+    whether the folder is a Hugging Face `kind` model folder)."""
+    if not path.is_file():
+        if required:
+            raise UserError(f"{path}: missing; is {path.parent} a Hugging Face {kind} model folder?")
+        return {}
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserError(f"{path}: not readable JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(found, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return found
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, else pytorch_model.bin (read with weights_only=True), as float32."""
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                state = load_file(str(path))
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # a damaged or foreign file
+            raise UserError(f"{path}: not a readable weights file ({type(err).__name__}: "
+                            f"{(str(err).strip().splitlines() or [''])[0][:200]})") from None
+        if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+            raise UserError(f"{path}: expected a dictionary of tensors")
+        return {key: tensor.float() for key, tensor in state.items()}
+    sharded = [p.name for p in folder.glob("*.index.json")]
+    raise UserError(f"{folder}: no {' or '.join(WEIGHT_FILES)}" + (f" (sharded weights, {sharded[0]}, are not supported)"
+                                                                   if sharded else ""))

@@ -1,0 +1,55 @@
+"""Helpers the integration tests share: torchrun as the README runs it, one process
+training on one thread (what two single-thread ranks are compared with), the largest
+weight difference, and a small corpus in the Multi30k file layout."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+WORLD_SIZE = 2
+
+
+def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The README's command line: torchrun ... -m transformer_mt -- train ..."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
+               "-m", "transformer_mt", "--", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def fit_on_one_thread(preset: str, args: list[str], run: Path):
+    """fit(preset + args) in this process on one thread, as each torchrun rank runs."""
+    from transformer_mt.config import load_config
+    from transformer_mt.training import fit
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fit(load_config(preset, args), run, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def max_difference(a: dict, b: dict) -> float:
+    """The largest absolute difference between two state dicts with the same keys."""
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def write_multi30k(folder: Path, languages: tuple[str, str] = ("de", "en"), lines: int = 60,
+                   splits: tuple[str, ...] = ("train", "val", "test_2016_flickr"), seed: int = 0) -> None:
+    """Random word pairs in the Multi30k layout (SPLIT.LANG.gz): the second language's
+    sentence is the first one's words reversed."""
+    rng = random.Random(seed)
+    folder.mkdir()
+    for split in splits:
+        words = [[f"w{rng.randrange(30)}" for _ in range(rng.randrange(2, 7))] for _ in range(lines)]
+        for lang, sentences in zip(languages, (words, [list(reversed(w)) for w in words])):
+            with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
+                handle.write("".join(" ".join(w) + "\n" for w in sentences))
