@@ -57,7 +57,7 @@ from transformer_mt.data.gpt2_tokenizer import END_OF_TEXT, ByteLevelBPETokenize
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_write_text
 from transformer_mt.interop.folders import write_folder
-from transformer_mt.interop.hub_folder import WEIGHT_FILES, read_json, read_weights, resolve_source
+from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
 from transformer_mt.model.language_model import DecoderOnly, build_language_model
 from transformer_mt.runs import RunDir, save_weights
 
@@ -79,11 +79,8 @@ def import_gpt2(source: str | Path, run_dir: str | Path) -> RunDir:
     """Write the run directory `run_dir` from the GPT-2 model `source` (folder or name):
     built in a temporary folder beside it and renamed into place, so a failed import
     leaves nothing. An existing run (a non-empty folder) is refused."""
-    run = RunDir(Path(run_dir))
-    if run.root.exists() and (not run.root.is_dir() or any(run.root.iterdir())):
-        raise UserError(f"{run.root}: exists already; import into a new --run")
-    folder = resolve_source(source, "GPT-2", "openai-community/gpt2", DOWNLOADED)
-    hf = read_json(folder / "config.json", required=True, kind="GPT-2")
+    root, folder, hf = open_import(source, run_dir, "GPT-2", "openai-community/gpt2", DOWNLOADED)
+    run = RunDir(root)
     check_model_type(hf, folder)
     check_config(hf, folder)
     tokenizer = load_source_tokenizer(folder)

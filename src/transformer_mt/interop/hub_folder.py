@@ -17,6 +17,18 @@ HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # name or 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
+def open_import(source: str | Path, run_dir: str | Path, kind: str, example: str,
+                downloaded: list[str]) -> tuple[Path, Path, dict[str, Any]]:
+    """What every import starts with: refuse an existing run (a non-empty folder), find the
+    source folder (downloading a model name) and read its config.json. Returns (the run
+    folder, the source folder, its config)."""
+    run = Path(run_dir)
+    if run.exists() and (not run.is_dir() or any(run.iterdir())):
+        raise UserError(f"{run}: exists already; import into a new --run")
+    folder = resolve_source(source, kind, example, downloaded)
+    return run, folder, read_json(folder / "config.json", required=True, kind=kind)
+
+
 def resolve_source(source: str | Path, kind: str, example: str, downloaded: list[str]) -> Path:
     """A local folder as it is; anything else is a model name whose `downloaded` files (and
     weights) are fetched from the Hub. `kind` (Marian, GPT-2) and `example` (a model name)

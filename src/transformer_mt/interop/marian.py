@@ -64,7 +64,7 @@ from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_path, atomic_write_text
 from transformer_mt.interop import joint
 from transformer_mt.interop.folders import write_folder
-from transformer_mt.interop.hub_folder import WEIGHT_FILES, read_json, read_weights, resolve_source
+from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
 from transformer_mt.runs import RunDir, save_weights
 
@@ -92,11 +92,8 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
     """Write the run directory `run_dir` from the Marian model `source` (folder or name):
     built in a temporary folder beside it and renamed into place, so a failed import
     leaves nothing. An existing run (a non-empty folder) is refused."""
-    run = RunDir(Path(run_dir))
-    if run.root.exists() and (not run.root.is_dir() or any(run.root.iterdir())):
-        raise UserError(f"{run.root}: exists already; import into a new --run")
-    folder = resolve_source(source, "Marian", "Helsinki-NLP/opus-mt-en-de", DOWNLOADED)
-    hf = read_json(folder / "config.json", required=True, kind="Marian")
+    root, folder, hf = open_import(source, run_dir, "Marian", "Helsinki-NLP/opus-mt-en-de", DOWNLOADED)
+    run = RunDir(root)
     check_model_type(hf, folder)
     generation = {**hf, **read_json(folder / "generation_config.json")}
     ours = joint.is_joint(folder)  # our own layout (`export hf`): the ids are ours, row for row
