@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny trained run directory that tests translate, plot and serve with."""
+"""Shared fixtures: tiny trained run directories (a translation run, a language-model run) that tests use."""
 
 from __future__ import annotations
 
@@ -30,6 +30,17 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("tiny_run") / "run"
     fit(tiny_config(train__max_steps=TINY_RUN_STEPS, train__valid_every=TINY_RUN_STEPS, train__warmup_steps=50, train__lr_scale=0.5,
                     data__task_size=2000), run, progress=False)
+    return run
+
+
+@pytest.fixture(scope="session")
+def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A language-model run (lm_tiny, model.arch: decoder_only) trained for a few seconds on
+    the number_lines text (shared, read-only): what the generate view's tests serve."""
+    from transformer_mt.training import fit
+
+    run = tmp_path_factory.mktemp("lm_run") / "run"
+    fit(load_config("lm_tiny", ["--train.max_steps=60", "--data.task_size=500"]), run, progress=False)
     return run
 
 

@@ -19,6 +19,7 @@ from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, 
 from transformer_mt.decoding.trace import Trace, trace_beam_search
 from transformer_mt.device import autocast, resolve_precision
 from transformer_mt.errors import UserError
+from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.recording import AttentionRecorder, record_attention
 
@@ -72,10 +73,17 @@ class AttentionMaps:
         """UserError unless layer and head name one of this model's, counted from `first`:
         1 for the command line's --layer and --head, 0 for the Python and web APIs' `layer`
         and `head`. The message names the option or field (`names`) and its range."""
-        for name, value, count in ((names[0], layer, self.n_layers), (names[1], head, self.n_heads)):
-            if not first <= value < first + count:
-                counted = " (counted from 0)" if first == 0 else ""
-                raise UserError(f"{name} must be between {first} and {first + count - 1}{counted}, got {value}")
+        check_layer_head(layer, head, self.n_layers, self.n_heads, first, names)
+
+
+def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int, first: int = 0,
+                     names: tuple[str, str] = ("layer", "head")) -> None:
+    """UserError unless 0 <= layer - first < n_layers and 0 <= head - first < n_heads: the
+    check of every API that names one head (translation and language model alike)."""
+    for name, value, count in ((names[0], layer, n_layers), (names[1], head, n_heads)):
+        if not first <= value < first + count:
+            counted = " (counted from 0)" if first == 0 else ""
+            raise UserError(f"{name} must be between {first} and {first + count - 1}{counted}, got {value}")
 
 
 # ---- step by step ----------------------------------------------------------------------
@@ -133,15 +141,24 @@ def explain(translator: Translator, sentence: str, hypothesis: Hypothesis, kind:
         model = translator.model
         stack = model.encoder.layers if kind == "encoder" else model.decoder.layers
         module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn
-        q, k, mask = recorded.inputs(module)
         rows, columns, _, _ = maps.labels(kind)
-        if not 0 <= query < q.size(2):
-            raise UserError(f"query must be between 0 and {q.size(2) - 1}, got {query}")
-        dot = (k[0, head].float() @ q[0, head, query].float()).cpu()  # (Tk,)
-        scaled = dot / module.d_k**0.5
-        allowed = (torch.ones_like(dot, dtype=torch.bool) if mask is None
-                   else mask.expand(1, module.n_heads, q.size(2), k.size(2))[0, head, query].cpu())
-        weights = scaled.masked_fill(~allowed, float("-inf")).softmax(-1)
+        return equation_1(recorded, module, head, query, rows, columns)
+
+
+def equation_1(recorded: AttentionRecorder, module: MultiHeadAttention, head: int, query: int,
+               rows: list[str], columns: list[str]) -> dict[str, Any]:
+    """Equation 1 for one query of one head of a recorded pass (batch row 0): q.k_j for
+    every key j, divided by sqrt(d_k), the mask, and the softmax of the row, with the
+    query's and the keys' tokens (`rows`, `columns`). One implementation for every
+    attention a page explains: the translator's three kinds and a language model's."""
+    q, k, mask = recorded.inputs(module)
+    if not 0 <= query < q.size(2):
+        raise UserError(f"query must be between 0 and {q.size(2) - 1}, got {query}")
+    dot = (k[0, head].float() @ q[0, head, query].float()).cpu()  # (Tk,)
+    scaled = dot / module.d_k**0.5
+    allowed = (torch.ones_like(dot, dtype=torch.bool) if mask is None
+               else mask.expand(1, module.n_heads, q.size(2), k.size(2))[0, head, query].cpu())
+    weights = scaled.masked_fill(~allowed, float("-inf")).softmax(-1)
     return {"d_k": module.d_k, "sqrt_d_k": module.d_k**0.5, "query_token": rows[query], "key_tokens": columns,
             "dot": dot.tolist(), "scaled": scaled.tolist(), "mask": allowed.tolist(), "weights": weights.tolist()}
 

@@ -106,12 +106,21 @@ def test_the_trainer_imports_neither_the_translator_nor_evaluation() -> None:
 
 
 @pytest.mark.parametrize("module", ["transformer_mt.translator", "transformer_mt.server.app",
+                                   "transformer_mt.server.lm_service", "transformer_mt.lm_inspection",
                                    "transformer_mt.interop.ctranslate2", "transformer_mt.interop.marian",
                                    "transformer_mt.interop.huggingface"])
 def test_inference_never_imports_training(module: str) -> None:
     loaded = loaded_after(module)
     assert module in loaded
     assert not {m for m in loaded if m.startswith("transformer_mt.training")}
+
+
+def test_the_server_imports_neither_plots_nor_matplotlib() -> None:
+    """Both views of the page (translation and generate) run without viz/ and matplotlib."""
+    code = "import sys, transformer_mt.server.app; print(' '.join(sys.modules))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert "transformer_mt.server.lm_api" in loaded
+    assert not {m for m in loaded if m.startswith(("transformer_mt.viz", "matplotlib"))}
 
 
 def test_model_code_imports_no_data_or_training_code() -> None:

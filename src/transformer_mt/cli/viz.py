@@ -3,7 +3,8 @@
     transformer-mt plot encodings | masks | schedule | smoothing      the mechanisms
     transformer-mt plot curves RUN                                      training curves
     transformer-mt plot attention RUN "sentence" [--layer L --head H]   attention heatmaps
-    transformer-mt serve RUN [--host 127.0.0.1] [--port 8000]           the web page
+    transformer-mt serve RUN [--host 127.0.0.1] [--port 8000]           the web page (translate, or
+                                                                        generate for a language model)
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     attention.set_defaults(func=plot_attention)
 
     serve = subparsers.add_parser(
-        "serve", help="a web page that translates and shows the attention, with a JSON API",
-        description="Serve RUN at http://HOST:PORT/ (page) and /api/translate, /api/health, /openapi.json.",
+        "serve", help="a web page that translates (or, for a language model, generates) and shows the attention",
+        description="Serve RUN at http://HOST:PORT/ (page) and /api/translate, /api/health, /openapi.json; "
+                    "a language-model run gets the generate view and /api/generate, /api/generate/step.",
     )
     serve.add_argument("run", help="run directory")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
@@ -96,6 +98,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-chars", type=positive_int, default=2000, help="characters per request (default: 2000)")
     serve.add_argument("--max-sentences", type=positive_int, default=32, help="sentences per request (default: 32)")
     serve.add_argument("--max-beam", type=positive_int, default=8, help="largest beam a request may ask (default: 8)")
+    serve.add_argument("--max-new-tokens", type=positive_int, default=256,
+                       help="a language model: most tokens one generate request may ask (default: 256)")
     serve.set_defaults(func=run_serve)
 
 
@@ -212,5 +216,5 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be between 1 and 65535, got {args.port}")
     limits = Limits(args.max_chars, args.max_sentences, args.max_beam)
-    serve(args.run, args.host, args.port, args.device, args.checkpoint, limits, args.dtype)
+    serve(args.run, args.host, args.port, args.device, args.checkpoint, limits, args.dtype, args.max_new_tokens)
     return 0

@@ -1,6 +1,8 @@
-"""The web page and JSON API: `create_app(TranslationService(translator))`, or `serve(run)`."""
+"""The web page and JSON API: `create_app(TranslationService(translator))` for a translation
+run, `create_app(LanguageModelService(lm))` for a language model (the generate view), or `serve(run)`."""
 
 from transformer_mt.server.app import create_app, serve
+from transformer_mt.server.lm_service import GenerateLimits, LanguageModelService
 from transformer_mt.server.service import Limits, TranslationService
 
-__all__ = ["Limits", "TranslationService", "create_app", "serve"]
+__all__ = ["GenerateLimits", "LanguageModelService", "Limits", "TranslationService", "create_app", "serve"]

@@ -1,12 +1,15 @@
-"""The web page and its JSON API (FastAPI).
+"""The web page and its JSON API (FastAPI). For a translation run:
 
     GET  /                 the page: type a sentence, translate, see where each head looks
     POST /api/translate    {"text": "...", "beam": 4, "nbest": 2, "attention": true}
     POST /api/steps        {"text": "...", "beam": 4, "top_k": 5, "prefix": ["▁Ein"]}: the beam search step by step
     POST /api/explain      {"text": "...", "target_tokens": [...], "kind": "cross", "layer": 0, "head": 0,
                             "query": 2}: equation 1 with the numbers of one query
-    GET  /api/health       model sizes, device and request limits
+    GET  /api/health       kind (translation), model sizes, device and request limits
     GET  /openapi.json     the OpenAPI description of the API
+
+For a language-model run (model.arch: decoder_only) the same page opens its generate view
+and the API is lm_api.py's (/api/generate, /api/generate/step, /api/generate/explain).
 
 Everything the page needs is served from server/static/: no CDN, works offline. The
 OpenAPI description is served, the Swagger page is not (it loads scripts from a CDN).
@@ -20,14 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from transformer_mt import __version__
 from transformer_mt.errors import UserError
+from transformer_mt.runs import RunDir
 from transformer_mt.server.limits import BodySizeLimit, TooLarge, install_error_handlers
+from transformer_mt.server.lm_api import add_generate_routes
+from transformer_mt.server.lm_service import GenerateLimits, LanguageModelService, example_prompt
+from transformer_mt.server.schemas import ExplainResponse, one_line
 from transformer_mt.server.service import Limits, TranslationService, example_sentence
+
+Service = TranslationService | LanguageModelService
 
 STATIC = Path(__file__).resolve().parent / "static"
 log = logging.getLogger("transformer_mt")
@@ -106,17 +115,6 @@ class ExplainRequest(BaseModel):
     query: int = Field(ge=0, description="row of the attention map, from 0")
 
 
-class ExplainResponse(BaseModel):
-    d_k: int
-    sqrt_d_k: float
-    query_token: str
-    key_tokens: list[str]
-    dot: list[float] = Field(description="q . k_j for every key j")
-    scaled: list[float] = Field(description="q . k_j / sqrt(d_k)")
-    mask: list[bool] = Field(description="True = may attend")
-    weights: list[float] = Field(description="softmax of the masked, scaled row: the attention weights")
-
-
 class HypothesisOut(BaseModel):
     text: str
     score: float = Field(description="log-probability divided by the length penalty "
@@ -153,6 +151,7 @@ class TranslateResponse(BaseModel):
 
 class HealthResponse(BaseModel):
     status: str
+    kind: str = Field(description="translation: this server shows the translation page")
     run: str
     device: str
     n_layers: int
@@ -186,23 +185,36 @@ def request_sentences(request: TranslateRequest, limits: Limits) -> list[str]:
 
 def one_sentence(text: str, limits: Limits) -> str:
     """The one sentence of a steps or explain request (TooLarge -> 413, UserError -> 422)."""
-    sentence = text.strip()
-    if len(sentence) > limits.max_chars:
-        raise TooLarge(f"{len(sentence)} characters; at most {limits.max_chars} per request")
-    if not sentence:
-        raise UserError("nothing to decode: the text is empty")
-    if "\n" in sentence:
-        raise UserError("give one sentence (no line breaks)")
-    return sentence
+    return one_line(text, limits.max_chars, "nothing to decode: the text is empty", "sentence")
 
 
-def create_app(service: TranslationService) -> FastAPI:
-    """The FastAPI application around one shared TranslationService."""
+def create_app(service: Service) -> FastAPI:
+    """The FastAPI application around one shared service: the translation API for a
+    TranslationService, the generate API (lm_api.py) for a LanguageModelService; the same
+    page, which asks /api/health which view to open."""
     app = FastAPI(
         title="transformer-mt", version=__version__, docs_url=None, redoc_url=None,
-        description="Translate with a trained Transformer and see its cross-attention.",
+        description="Translate, or generate text, with a trained Transformer and see its attention.",
     )
     install_error_handlers(app)
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    if isinstance(service, LanguageModelService):
+        add_generate_routes(app, service)
+        page = page.replace('<body class="translate">', '<body class="generate">', 1)  # opens the generate view
+    else:
+        add_translation_routes(app, service)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(BodySizeLimit, max_bytes=8 * service.limits.max_chars + 65536)
+    return app
+
+
+def add_translation_routes(app: FastAPI, service: TranslationService) -> None:
+    """The routes of the translation page around one shared TranslationService."""
     limits = service.limits
 
     @app.get("/api/health", response_model=HealthResponse, summary="Model and server information")
@@ -229,14 +241,6 @@ def create_app(service: TranslationService) -> FastAPI:
         return service.explain(one_sentence(request.text, limits), request.target_tokens, request.kind,
                                request.layer, request.head, request.query)
 
-    @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.add_middleware(BodySizeLimit, max_bytes=8 * limits.max_chars + 65536)
-    return app
-
 
 def is_loopback(host: str) -> bool:
     """True for 127.0.0.0/8, ::1 and localhost."""
@@ -249,17 +253,32 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "auto",
-          checkpoint: str = "best", limits: Limits = Limits(), dtype: str = "float32") -> None:
+          checkpoint: str = "best", limits: Limits = Limits(), dtype: str = "float32",
+          max_new_tokens: int = GenerateLimits.max_new_tokens) -> None:
     """Load the run (its weights in `dtype`: float32, bfloat16 or int8) and serve the
-    page and the API until interrupted."""
+    page and the API of its kind until interrupted."""
     import uvicorn
 
-    from transformer_mt.translator import Translator
-
-    translator = Translator.from_run(run, device=device, checkpoint=checkpoint, dtype=dtype)
-    service = TranslationService(translator, Path(run).name, limits, example_sentence(run, limits.max_chars))
-    app = create_app(service)
+    app = create_app(load_service(run, device, checkpoint, limits, dtype, max_new_tokens))
     if not is_loopback(host):
         log.warning("serving on %s: the page is reachable from other machines", host)
     log.info("open http://%s:%d/ (Ctrl+C stops)", "127.0.0.1" if host in ("0.0.0.0", "::") else host, port)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def load_service(run: str | Path, device: str, checkpoint: str, limits: Limits, dtype: str,
+                 max_new_tokens: int) -> Service:
+    """The service of the run's kind: a LanguageModelService for model.arch decoder_only
+    (the generate view; float32 weights only), else a TranslationService."""
+    from transformer_mt.generation import LanguageModel
+    from transformer_mt.translator import Translator
+
+    name = Path(run).name
+    if RunDir(Path(run)).require().read_config().model.arch == "decoder_only":
+        if dtype != "float32":
+            raise UserError(f"--dtype {dtype}: a language-model run is served in float32 only")
+        lm = LanguageModel.from_run(run, device=device, checkpoint=checkpoint)
+        lm_limits = GenerateLimits(limits.max_chars, max_new_tokens)
+        return LanguageModelService(lm, name, lm_limits, example_prompt(run, limits.max_chars))
+    translator = Translator.from_run(run, device=device, checkpoint=checkpoint, dtype=dtype)
+    return TranslationService(translator, name, limits, example_sentence(run, limits.max_chars))

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
@@ -76,6 +76,7 @@ class TranslationService:
         model = self.translator.model
         return {
             "status": "ok",
+            "kind": "translation",
             "run": self.name,
             "device": str(self.translator.device),
             "n_layers": len(model.encoder.layers),
@@ -215,19 +216,28 @@ def example_sentence(run: str | Path, max_chars: int) -> str:
     the run has none to read (an imported model, or corpus files that have moved). The
     files are the ones `RunDir.text_files` finds, as the plots find theirs."""
     run_dir = RunDir(Path(run))
+    sources = []
     for split in ("valid", "test"):
         try:
-            source, _ = run_dir.text_files((split,))
+            sources.append(run_dir.text_files((split,))[0])
         except ValueError:  # no config.yaml, or no such text (UserError and ConfigError are ValueErrors)
             continue
+    return first_line(sources, max_chars)
+
+
+def first_line(paths: Iterable[Path], max_chars: int) -> str:
+    """The first line with text of at most `max_chars` characters among the first
+    EXAMPLE_SEARCH_LINES lines of each of `paths` in turn; "" when none has one (a file
+    that is missing or not text is passed over): the example a page opens with."""
+    for path in paths:
         try:
-            for number, raw in enumerate(iter_raw_lines(source), start=1):
+            for number, raw in enumerate(iter_raw_lines(path), start=1):
                 text = raw.decode("utf-8").strip()
                 if has_text(text) and len(text) <= max_chars:
                     return text
                 if number >= EXAMPLE_SEARCH_LINES:
                     break
-        except (CorpusError, UnicodeDecodeError):
+        except (CorpusError, UnicodeDecodeError, OSError):
             continue
     return ""
 

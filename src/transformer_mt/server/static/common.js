@@ -1,5 +1,6 @@
 // Helpers every part of the page uses: element lookup, the colour scale, the JSON API
-// call with its one-line errors, and number formatting. Loaded first; no libraries.
+// call with its one-line errors, number formatting and the next-token bars. Loaded
+// first; no libraries.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -29,8 +30,9 @@ function inkOn(value) {
   return value < 0.62 ? "#ffffff" : "#1d232b";
 }
 
+// Show (or, with "", hide) the one-line error of the view on show.
 function showError(message) {
-  const box = $("error");
+  const box = document.body.classList.contains("generate") ? $("lm-error") : $("error");
   box.textContent = message || "";
   box.hidden = !message;
 }
@@ -105,4 +107,23 @@ function fillSelect(select, count, label, keep, extra) {
   }
   const values = Array.from(select.options, (o) => o.value);
   select.value = values.includes(previous) ? previous : values[0];
+}
+
+// Next-token bars, one button each, as wide as its probability: the candidates of the
+// translation's step-by-step panel and of the generate view. Each item is
+// { token, prob, chosen, disabled, title, attrs (extra attributes), onPick (click) }.
+function renderBars(list, items) {
+  list.replaceChildren(...items.map((item, index) => {
+    const fill = el("span", { class: "bar-fill" });
+    fill.style.width = `${(100 * item.prob).toFixed(2)}%`;
+    const button = el("button", {
+      type: "button", class: item.chosen ? "bar chosen" : "bar", "data-index": String(index),
+      "data-token": item.token, title: item.title, ...(item.attrs || {}),
+    }, el("span", { class: "bar-token", text: item.token }),
+    el("span", { class: "bar-track" }, fill),
+    el("span", { class: "bar-pct", text: percent(item.prob) }));
+    button.disabled = Boolean(item.disabled);
+    button.addEventListener("click", item.onPick);
+    return el("li", {}, button);
+  }));
 }

@@ -1,6 +1,7 @@
 // Equation 1 of the paper opened up for one cell of the heatmap:
 //   Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
-// POST /api/explain gives, for the clicked query row, q·k_j for every key j, the scaled
+// The view's explain call (POST /api/explain for a translation, /api/generate/explain for a
+// language model) gives, for the clicked query row, q·k_j for every key j, the scaled
 // scores, the mask and the softmax; this panel shows them with the clicked key highlighted.
 "use strict";
 
@@ -18,16 +19,8 @@ async function explainCell(view, query, key) {
   panel.hidden = false;
   panel.replaceChildren(el("p", { class: "muted", text: "computing equation 1 for this cell…" }));
   try {
-    const data = await postJSON("/api/explain", {
-      text: view.result.source,
-      // the heatmap's own rows (ending with </s> when the translation ended), so the
-      // query index and the keys are the ones drawn
-      target_tokens: view.attention.target_tokens,
-      kind: view.kind,
-      layer: view.layer,
-      head: view.head,
-      query,
-    });
+    const { path, body } = view.explainRequest(query);
+    const data = await postJSON(path, body);
     if (request !== explainRequest) return;
     renderExplain(data, view, query, key);
   } catch (err) {
@@ -57,7 +50,7 @@ function renderExplain(data, view, query, key) {
     el("h3", { text: "Equation 1, opened up for one cell" }),
     el("p", { class: "equation", text: "Attention(Q, K, V) = softmax(QKᵀ / √d_k) V" }),
     el("p", {},
-      `${KINDS[view.kind].title}, layer ${view.layer + 1}, head ${view.head + 1}: query `,
+      `${view.title}, layer ${view.layer + 1}, head ${view.head + 1}: query `,
       el("strong", { id: "explain-query", text: data.query_token }), ` (row ${query + 1}) and key `,
       el("strong", { id: "explain-key", text: data.key_tokens[key] }), ` (column ${key + 1}).`),
     el("ol", { class: "eq-steps" },

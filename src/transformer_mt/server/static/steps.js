@@ -99,30 +99,23 @@ function renderStep() {
   $("steps-current").textContent = best ? detokenize(best.tokens) || "(nothing yet)" : "";
   $("steps-chosen").textContent = `${step.forced ? "forced" : "chosen"}: ${step.chosen.token} ` +
     `(${percent(step.chosen.prob)}` + (step.chosen.from ? `, extending hypothesis ${step.chosen.from + 1})` : ")");
-  renderBars(step, context);
+  renderStepBars(step, context);
   renderCross(step);
   renderTree();
 }
 
-function renderBars(step, context) {
-  const list = $("steps-bars");
-  list.replaceChildren();
-  step.top_k.forEach((candidate, index) => {
-    const chosen = candidate.token === step.chosen.token && step.chosen.from === 0;
+function renderStepBars(step, context) {
+  renderBars($("steps-bars"), step.top_k.map((candidate) => {
     const eos = candidate.token === "</s>";
-    const fill = el("span", { class: "bar-fill" });
-    fill.style.width = `${(100 * candidate.prob).toFixed(2)}%`;
-    const button = el("button", {
-      type: "button", class: chosen ? "bar chosen" : "bar", "data-index": String(index),
-      "data-token": candidate.token,
+    return {
+      token: candidate.token,
+      prob: candidate.prob,
+      chosen: candidate.token === step.chosen.token && step.chosen.from === 0,
+      disabled: eos,
       title: eos ? "the end of the sentence cannot be forced" : `force “${candidate.token}” here and decode on`,
-    }, el("span", { class: "bar-token", text: candidate.token }),
-    el("span", { class: "bar-track" }, fill),
-    el("span", { class: "bar-pct", text: percent(candidate.prob) }));
-    button.disabled = eos;
-    button.addEventListener("click", () => force([...context, candidate.token]));
-    list.append(el("li", {}, button));
-  });
+      onPick: () => force([...context, candidate.token]),
+    };
+  }));
 }
 
 function force(prefix) {
