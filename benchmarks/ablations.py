@@ -19,7 +19,8 @@ Rows:
 
 Every row trains its own run under --out and evaluates its last weights (the notes select
 nothing). Finished rows are kept in --out/results.jsonl and skipped when run again, so the
-table can be filled in several sittings.
+table can be filled in several sittings, or by two processes at once (each on its own core,
+with disjoint --rows: the file is read again before every row).
 
     python benchmarks/ablations.py                      # every row, --steps each
     python benchmarks/ablations.py --rows notes,ours    # some rows
@@ -176,6 +177,13 @@ def draw_chart(rows: list[dict], path: Path) -> None:
     fig.savefig(path)
 
 
+def finished_rows(results_file: Path) -> dict[str, dict]:
+    """The rows already in the results file, by name."""
+    if not results_file.is_file():
+        return {}
+    return {r["row"]: r for r in map(json.loads, results_file.read_text(encoding="utf-8").splitlines()) if r}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="a Multi30k folder (default ../shared/data/multi30k)")
@@ -196,14 +204,12 @@ def main() -> int:
         parser.error(f"unknown rows {', '.join(unknown)}; rows: {', '.join(rows)}")
     logging.getLogger("transformer_mt").setLevel(logging.WARNING)
     results_file = args.out / "results.jsonl"
-    done = {}
-    if results_file.is_file():
-        done = {r["row"]: r for r in map(json.loads, results_file.read_text(encoding="utf-8").splitlines())}
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"{'row':<12} {'what changed':<44} {'params':>9} {'steps':>6} {'minutes':>8} {'BLEU':>6} {'chrF':>6}")
     table = []
     for name in chosen:
         what, overrides = rows[name]
+        done = finished_rows(results_file)  # read before every row: another process may fill the same table
         result = done.get(name) or {"row": name, "what": what, "overrides": overrides, **run_row(name, overrides, args)}
         if name not in done:
             with open(results_file, "a", encoding="utf-8") as handle:
