@@ -9,6 +9,9 @@ Rows:
                (betas 0.9/0.999, eps 1e-8), no label smoothing, 32-sentence batches, greedy
   notes_10k    their second try: 10,000 pairs, d_model 512, d_ff 1024
   notes_n4/n6  the notes' own hypothesis, "N is too small"
+  notes_n6_warmup, notes_10k_warmup
+               the deeper and the wider model again, trained with the paper's Adam and warmup:
+               is a bigger model worse, or only worse trained?
   +bpe, +paper_adam, +smoothing, +beam4, +all_pairs, +tied, +prenorm
                one change at a time from `notes` towards the paper
   ours         all of them together
@@ -111,7 +114,12 @@ def variants() -> dict[str, tuple[str, list[str]]]:
             "notes_10k": ("10,000 pairs, d_model 512, d_ff 1024", NOTES + ["--data.train_pairs=10000",
                                                                           "--model.d_model=512", "--model.d_ff=1024"]),
             "notes_n4": ("N = 4", NOTES + ["--model.n_layers=4"]),
-            "notes_n6": ("N = 6", NOTES + ["--model.n_layers=6"])}
+            "notes_n6": ("N = 6", NOTES + ["--model.n_layers=6"]),
+            "notes_n6_warmup": ("N = 6, the paper's Adam and warmup", NOTES + ["--model.n_layers=6"]
+                                + TOWARDS_THE_PAPER["+paper_adam"][1]),
+            "notes_10k_warmup": ("10,000 pairs, d_model 512, d_ff 1024, the paper's Adam and warmup",
+                                 NOTES + ["--data.train_pairs=10000", "--model.d_model=512", "--model.d_ff=1024"]
+                                 + TOWARDS_THE_PAPER["+paper_adam"][1])}
     rows |= {name: (what, NOTES + overrides) for name, (what, overrides) in TOWARDS_THE_PAPER.items()}
     rows["ours"] = ("all the changes above together", OURS)
     rows |= {name: (what, OURS + overrides) for name, (what, overrides) in TABLE_3.items()}
