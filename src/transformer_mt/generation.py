@@ -123,5 +123,5 @@ class LanguageModel:
         nats, count = stream_loss(self.model, tokens, self.block_size, 16, self.device)
         characters = sum(len(line) + 1 for line in lines)
         loss = nats / count
-        return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)), "bits_per_character": nats / math.log(2) / characters,
-                "tokens": count, "lines": len(lines)}
+        return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)),
+                "bits_per_character": nats / math.log(2) / characters, "tokens": count, "lines": len(lines)}

@@ -177,3 +177,22 @@ def test_a_budget_plans_a_language_model_too(tmp_path: Path) -> None:
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert trainer.state.step == plan["total_steps"] >= 10
     assert (tmp_path / "run" / "average.safetensors").is_file() and (tmp_path / "run" / "best.safetensors").is_file()
+
+
+def test_perplexity_is_the_exponential_of_the_mean_next_token_loss(trained: Path) -> None:
+    """LanguageModel.perplexity of a short text equals exp of the cross entropy of every next
+    token, computed here in one forward pass over [eot, line 1, eot, line 2, eot]."""
+    from transformer_mt.generation import LanguageModel
+
+    lm = LanguageModel.from_run(trained, device="cpu")
+    lines = ["four hundred = 400", "twelve = 12"]
+    ids = [lm.eot] + [t for row in lm.tokenizer.encode(lines) for t in (*row, lm.eot)]
+    tokens = torch.tensor([ids])
+    with torch.no_grad():
+        logits = lm.model.logits(tokens[:, :-1])[0]
+    loss = torch.nn.functional.cross_entropy(logits, tokens[0, 1:]).item()
+    result = lm.perplexity(lines)
+    assert result["tokens"] == len(ids) - 1
+    assert result["loss"] == pytest.approx(loss, rel=1e-5)
+    assert result["perplexity"] == pytest.approx(math.exp(loss), rel=1e-5)
+    assert result["bits_per_character"] == pytest.approx(loss * (len(ids) - 1) / math.log(2) / (18 + 1 + 11 + 1))
