@@ -9,9 +9,9 @@ Rows:
                (betas 0.9/0.999, eps 1e-8), no label smoothing, 32-sentence batches, greedy
   notes_10k    their second try: 10,000 pairs, d_model 512, d_ff 1024
   notes_n4/n6  the notes' own hypothesis, "N is too small"
-  notes_n6_warmup, notes_10k_warmup
-               the deeper and the wider model again, trained with the paper's Adam and warmup:
-               is a bigger model worse, or only worse trained?
+  notes_n6_warmup, notes_n6_prenorm, notes_10k_warmup
+               the deeper and the wider model again, trained with the paper's Adam and warmup
+               or with pre-norm: is a bigger model worse, or only worse trained?
   +bpe, +paper_adam, +smoothing, +beam4, +all_pairs, +tied, +prenorm
                one change at a time from `notes` towards the paper
   ours         all of them together
@@ -117,6 +117,7 @@ def variants() -> dict[str, tuple[str, list[str]]]:
             "notes_n6": ("N = 6", NOTES + ["--model.n_layers=6"]),
             "notes_n6_warmup": ("N = 6, the paper's Adam and warmup", NOTES + ["--model.n_layers=6"]
                                 + TOWARDS_THE_PAPER["+paper_adam"][1]),
+            "notes_n6_prenorm": ("N = 6, pre-norm", NOTES + ["--model.n_layers=6", "--model.norm_first=true"]),
             "notes_10k_warmup": ("10,000 pairs, d_model 512, d_ff 1024, the paper's Adam and warmup",
                                  NOTES + ["--data.train_pairs=10000", "--model.d_model=512", "--model.d_ff=1024"]
                                  + TOWARDS_THE_PAPER["+paper_adam"][1])}
