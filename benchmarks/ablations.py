@@ -14,7 +14,7 @@ Rows:
                or with pre-norm: is a bigger model worse, or only worse trained?
   +bpe, +paper_adam, +smoothing, +beam4, +all_pairs, +tied, +prenorm
                one change at a time from `notes` towards the paper
-  ours         all of them together
+  ours         all of them together (ours_seed2: the same with another seed, the noise of a row)
   A_h1 ... E_learned
                Table 3 from `ours`: (A) heads at constant compute, (C) size, (D) dropout and
                label smoothing, (E) learned positions. (B), a smaller d_k alone, is not a row:
@@ -123,6 +123,7 @@ def variants() -> dict[str, tuple[str, list[str]]]:
                                  + TOWARDS_THE_PAPER["+paper_adam"][1])}
     rows |= {name: (what, NOTES + overrides) for name, (what, overrides) in TOWARDS_THE_PAPER.items()}
     rows["ours"] = ("all the changes above together", OURS)
+    rows["ours_seed2"] = ("the same, another seed: how much one row's BLEU is noise", OURS + ["--train.seed=2"])
     rows |= {name: (what, OURS + overrides) for name, (what, overrides) in TABLE_3.items()}
     return rows
 
