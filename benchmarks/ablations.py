@@ -105,7 +105,7 @@ def group_of(name: str) -> str:
     """Which part of the table a row belongs to (the chart colours them)."""
     if name.startswith("notes"):
         return "notes"
-    return "towards" if name.startswith("+") or name == "ours" else "table3"
+    return "towards" if name.startswith(("+", "ours")) else "table3"
 
 
 def variants() -> dict[str, tuple[str, list[str]]]:
@@ -166,8 +166,9 @@ def markdown_table(rows: list[dict]) -> str:
 def draw_chart(rows: list[dict], path: Path) -> None:
     """A horizontal bar of test BLEU per row, coloured by group, the notes' and our BLEU as lines."""
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
 
-    fig = Figure(figsize=(9, 0.32 * len(rows) + 1.4), dpi=100, layout="constrained")
+    fig = Figure(figsize=(9, 0.32 * len(rows) + 1.8), dpi=100, layout="constrained")
     ax = fig.subplots()
     colours = {"notes": "tab:red", "towards": "tab:blue", "table3": "tab:green"}
     names = [r["row"] for r in rows][::-1]
@@ -178,9 +179,8 @@ def draw_chart(rows: list[dict], path: Path) -> None:
         found = [r["bleu"] for r in rows if r["row"] == name]
         if found:
             ax.axvline(found[0], color="gray", linestyle=style, linewidth=1)
-    for group, label in GROUPS.items():
-        ax.barh([], [], color=colours[group], label=label)
-    ax.legend(loc="lower right", fontsize=8)
+    handles = [Patch(color=colours[group], label=label) for group, label in GROUPS.items()]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=3, fontsize=8)
     ax.set_xlabel("BLEU, Multi30k de->en test_2016 (cased sacreBLEU)")
     steps = sorted({r["steps"] for r in rows})
     ax.set_title(f"The notes' experiment and Table 3 at CPU scale ({', '.join(map(str, steps))} steps each)")
