@@ -38,7 +38,7 @@ def post_norm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformer_mt.training import fit
 
     run = tmp_path_factory.mktemp("post_norm") / "run"
-    fit(tiny_config(model__norm_first="false", train__max_steps=150, train__valid_every=150,
+    fit(tiny_config(model__norm_first="false", train__max_steps=300, train__valid_every=300,
                     train__warmup_steps=50, train__lr_scale=0.5, data__task_size=2000), run, progress=False)
     return run
 
