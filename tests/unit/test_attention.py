@@ -95,6 +95,26 @@ def test_sdpa_path_equals_explicit_path(kind: str) -> None:
         assert attn[1, :, :, 4:].abs().max() == 0
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_training_pass_and_gradients_equal_torch(causal: bool) -> None:
+    """CPU training takes the written-out path (faster than SDPA's kernels there): its
+    output and its gradients must still be torch's, with padding and the subsequent mask."""
+    ours, ref = make_pair(5)
+    ours.train(), ref.train()
+    x = torch.randn(3, 7, D_MODEL)
+    tokens = torch.tensor([[5] * 7, [5] * 4 + [0] * 3, [5] * 6 + [0]])
+    mask = padding_mask(tokens, 0)
+    attn_mask = ~subsequent_mask(7)[0, 0] if causal else None
+    expected, _ = ref(x, x, x, key_padding_mask=~mask[:, 0, 0], attn_mask=attn_mask, need_weights=False)
+    got = ours(x, mask=mask, is_causal=causal)
+    valid = tokens != 0
+    torch.testing.assert_close(got[valid], expected[valid], atol=1e-5, rtol=1e-5)
+    got[valid].square().sum().backward()
+    expected[valid].square().sum().backward()
+    torch.testing.assert_close(ours.in_proj.weight.grad, ref.in_proj_weight.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ours.out_proj.weight.grad, ref.out_proj.weight.grad, atol=1e-4, rtol=1e-4)
+
+
 def test_cached_self_attention_equals_full_pass() -> None:
     ours, _ = make_pair(4)
     x = torch.randn(2, 5, D_MODEL)
