@@ -48,6 +48,14 @@ def stream_loss(model: DecoderOnly, tokens: Any, block_size: int, blocks_per_bat
     return total, count
 
 
+def stream_scores(nats: float, tokens: int, characters: int) -> tuple[float, float, float]:
+    """(loss per token in nats, perplexity = exp(loss), bits per character) of a stream
+    whose `tokens` predictions cost `nats`; bits per character compare models whose
+    tokenizers cut the same text into different numbers of tokens."""
+    loss = nats / max(tokens, 1)
+    return loss, math.exp(min(loss, 100.0)), nats / math.log(2) / max(characters, 1)
+
+
 def sampling_of(temperature: float | None, top_k: int | None, top_p: float | None) -> Sampling | None:
     """None (greedy) when no sampling setting is given, else the Sampling they describe;
     an impossible one is one UserError line."""
@@ -121,7 +129,5 @@ class LanguageModel:
             raise UserError("no text to score")
         tokens = [self.eot] + [t for row in self.tokenizer.encode(lines) for t in (*row, self.eot)]
         nats, count = stream_loss(self.model, tokens, self.block_size, 16, self.device)
-        characters = sum(len(line) + 1 for line in lines)
-        loss = nats / count
-        return {"loss": loss, "perplexity": math.exp(min(loss, 100.0)),
-                "bits_per_character": nats / math.log(2) / characters, "tokens": count, "lines": len(lines)}
+        loss, ppl, bpc = stream_scores(nats, count, sum(len(line) + 1 for line in lines))
+        return {"loss": loss, "perplexity": ppl, "bits_per_character": bpc, "tokens": count, "lines": len(lines)}

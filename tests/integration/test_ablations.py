@@ -49,3 +49,7 @@ def test_every_row_is_a_valid_config() -> None:
         assert cfg.model.n_layers >= 1, name
     notes = load_config("multi30k_de_en", rows["notes"][1])
     assert (notes.data.vocab_type, notes.data.joint_vocab, notes.train.schedule) == ("word", False, "constant")
+    # the preset's keys the rows were measured with, whatever the preset says today
+    ours = load_config("multi30k_de_en", ablations.PRESET_AS_MEASURED + rows["ours"][1])
+    assert (ours.train.budget_minutes, ours.train.lr_scale, ours.model.attention_dropout) == (0, 0.4, -1)
+    assert (ours.model.n_layers, ours.model.d_model, ours.model.d_ff, ours.data.max_tokens) == (2, 128, 256, 4096)

@@ -1,5 +1,5 @@
-"""train.budget_minutes: a plan fixed before the first step, recorded, resumed exactly;
-budgets that cannot fit the warmup refused in one line."""
+"""train.budget_minutes: a plan fixed on the run's first steps, recorded, resumed exactly;
+budgets that cannot fit the warmup refused in one line before training."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from transformer_mt.cli import main
 from transformer_mt.errors import UserError
 from transformer_mt.runs import list_checkpoints, load_checkpoint
 from transformer_mt.training import fit
+from transformer_mt.training import budget
 from transformer_mt.training.budget import Plan, make_plan
 
 
@@ -62,6 +63,9 @@ def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(tmp_path: Pat
     cfg = tiny_config(train__budget_minutes=0.25, train__warmup_steps=5, data__task_size=300, model__dropout=0.1)
     fit(cfg, straight, progress=False)
     plan = Plan(**json.loads((straight / "plan.json").read_text()))
+    assert plan.calibration_steps == 5  # the warmup: fixed on the run's own steps
+    events = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert min(e["step"] for e in events if e["event"] == "valid") > plan.calibration_steps
     last = list_checkpoints(straight / "checkpoints")[-1]
     assert last.name == f"step_{plan.total_steps}.pt"
     lrs = [e["lr"] for e in map(json.loads, (straight / "metrics.jsonl").read_text().splitlines())
@@ -81,3 +85,23 @@ def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(tmp_path: Pat
     assert json.loads((stopped / "plan.json").read_text()) == json.loads((straight / "plan.json").read_text())
     a, b = load_checkpoint(last)["model"], load_checkpoint(stopped / "checkpoints" / last.name)["model"]
     assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_the_plan_fits_the_budget_even_when_the_first_measurement_was_wrong(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy's few steps can run faster than the run's average (on a 2-core CPU ~25%):
+    here they claim 100x faster steps. The plan is fixed on the run's own steps, so the
+    run still ends within its budget instead of planning 100x too many steps."""
+    real_measure = budget.measure
+
+    def too_fast(*args, **kwargs):
+        per_step, per_validation = real_measure(*args, **kwargs)
+        return per_step / 100, per_validation
+
+    monkeypatch.setattr(budget, "measure", too_fast)
+    run = tmp_path / "run"
+    cfg = tiny_config(train__budget_minutes=0.2, train__warmup_steps=20, data__task_size=300)
+    trainer = fit(cfg, run, progress=False)
+    plan = Plan(**json.loads((run / "plan.json").read_text()))
+    assert plan.calibration_steps == 20 and trainer.state.step == plan.total_steps
+    assert trainer.state.train_seconds < 0.2 * 60

@@ -36,3 +36,18 @@ def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: 
     assert results.read_text() == kept
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == [record]
     assert chart.stat().st_size > 1000
+
+
+def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
+    """A run recorded with overrides is a run of the preset once the preset says the same
+    (the search's winner becomes the preset); data files and the budget are not the recipe."""
+    ttq = load_benchmark("time_to_quality")
+    from transformer_mt.config import load_config
+
+    today = ttq.recipe("multi30k_en_de", [])
+    dropout = load_config("multi30k_en_de").model.dropout
+    assert ttq.recipe("multi30k_en_de", [f"--model.dropout={dropout}"]) == today
+    assert ttq.recipe("multi30k_en_de", ["--data.train_src=elsewhere.en", "--train.budget_minutes=5"]) == today
+    assert ttq.recipe("multi30k_en_de", [f"--model.dropout={dropout + 0.1:.2f}"]) != today
+    assert ttq.recipe("multi30k_en_de", ["--train.precision=fp32"]) != today
+    assert ttq.recipe("multi30k_de_en", []) != today

@@ -33,7 +33,7 @@ from transformer_mt.runs import RunDir
 from transformer_mt.server.limits import BodySizeLimit, TooLarge, install_error_handlers
 from transformer_mt.server.lm_api import add_generate_routes
 from transformer_mt.server.lm_service import GenerateLimits, LanguageModelService, example_prompt
-from transformer_mt.server.schemas import ExplainResponse, one_line
+from transformer_mt.server.schemas import ExplainResponse, HealthBase, one_line
 from transformer_mt.server.service import Limits, TranslationService, example_sentence
 
 Service = TranslationService | LanguageModelService
@@ -149,19 +149,8 @@ class TranslateResponse(BaseModel):
     elapsed_ms: float
 
 
-class HealthResponse(BaseModel):
-    status: str
-    kind: str = Field(description="translation: this server shows the translation page")
-    run: str
-    device: str
-    n_layers: int
-    n_heads: int
-    d_model: int
-    vocab_size: int
+class HealthResponse(HealthBase):
     default_beam: int
-    example: str = Field(description="a sentence of the run's validation data the page opens with; '' for none")
-    limits: dict[str, int]
-    requests: int
     batches: int = Field(description="decoding calls: fewer than requests when waiting requests were batched")
 
 

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
 from transformer_mt.server.lm_service import CANDIDATES, LanguageModelService
-from transformer_mt.server.schemas import ExplainResponse, one_line
+from transformer_mt.server.schemas import ExplainResponse, HealthBase, one_line
 
 MAX_FORCED = 4096  # longest list of chosen tokens a request may carry (the model's positions bound it first)
 ERRORS = {413: {"description": "too many characters"}, 422: {"description": "invalid request (message in 'error')"}}
@@ -99,20 +99,9 @@ class LMExplainRequest(BaseModel):
     query: int = Field(ge=0, description="row of the attention map (a position of `tokens`), from 0")
 
 
-class GenerateHealth(BaseModel):
-    status: str
-    kind: str = Field(description="language_model: this server shows the generate view")
-    run: str
-    device: str
-    n_layers: int
-    n_heads: int
-    d_model: int
-    vocab_size: int
+class GenerateHealth(HealthBase):
     max_positions: int
     temperatures: list[float] = Field(description="the temperature slider's grid (as in every step answer)")
-    example: str = Field(description="a prompt from the run's validation text the page opens with; '' for none")
-    limits: dict[str, int]
-    requests: int
 
 
 def add_generate_routes(app: FastAPI, service: LanguageModelService) -> None:

@@ -1,5 +1,5 @@
-"""What the translation API (app.py) and the generate API (lm_api.py) share: the answer of
-an explain request (equation 1 for one cell of an attention map: one implementation,
+"""What the translation API (app.py) and the generate API (lm_api.py) share: the fields of
+/api/health that describe any served model, the answer of an explain request (equation 1 for one cell of an attention map: one implementation,
 inspection.equation_1, behind both) and the check of a one-line text field."""
 
 from __future__ import annotations
@@ -8,6 +8,22 @@ from pydantic import BaseModel, Field
 
 from transformer_mt.errors import UserError
 from transformer_mt.server.limits import TooLarge
+
+
+class HealthBase(BaseModel):
+    """/api/health fields of every server; each page's answer adds its own."""
+
+    status: str
+    kind: str = Field(description="translation (the translation page) or language_model (the generate view)")
+    run: str
+    device: str
+    n_layers: int
+    n_heads: int
+    d_model: int
+    vocab_size: int
+    example: str = Field(description="a sentence or prompt of the run's validation data the page opens with; '' for none")
+    limits: dict[str, int]
+    requests: int
 
 
 class ExplainResponse(BaseModel):

@@ -138,9 +138,10 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
             if cfg.train.budget_minutes > 0:
-                cfg = planned_config(cfg, run, task, model, device, ctx)
-            trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress,
-                              hooks=make_hooks(cfg, run))
+                cfg, hooks = planned_config(cfg, run, task, model, device, ctx, lambda c: make_hooks(c, run))
+            else:
+                hooks = make_hooks(cfg, run)
+            trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress, hooks=hooks)
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)

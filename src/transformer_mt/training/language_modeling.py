@@ -6,7 +6,6 @@ translation task's; only this module knows what a block is."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -18,11 +17,11 @@ from transformer_mt.data.text_stream import (
     PreparedText, load_or_train_text_tokenizer, open_text, prepare_text, text_paths,
 )
 from transformer_mt.data.tokenizer import Tokenizer
-from transformer_mt.generation import stream_loss
+from transformer_mt.generation import stream_loss, stream_scores
 from transformer_mt.model.language_model import DecoderOnly, build_language_model
 from transformer_mt.runs import RunDir, list_checkpoints
 from transformer_mt.training.distributed import DistributedContext, barrier
-from transformer_mt.training.loss import LabelSmoothingLoss, perplexity
+from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.task import Selection
 
 NO_PADDING = -100  # a text stream has no padding: no target is ignored
@@ -111,7 +110,6 @@ class LanguageModelTask:
         nats, tokens = stream_loss(model, valid.tokens, self.cfg.data.block_size, self.blocks_per_batch, device,
                                    precision)
         model.train()
-        loss = nats / tokens
-        return {"valid_loss": loss, "valid_ppl": perplexity(loss),
-                "valid_bpc": nats / math.log(2) / max(valid.characters, 1)}
+        loss, ppl, bpc = stream_scores(nats, tokens, valid.characters)
+        return {"valid_loss": loss, "valid_ppl": ppl, "valid_bpc": bpc}
 

@@ -305,6 +305,9 @@ class Trainer:
         last_interval = self.state.step
         self.time_up = self.agree(0.0, 0 < t.max_seconds <= self.state.train_seconds)[1]
         while not self._should_stop():
+            if t is not self.cfg.train:  # a hook fixed the plan (a budgeted run's calibration)
+                t = self.cfg.train
+                bar.total = t.max_steps
             start = time.perf_counter()
             stats = self.train_step()
             self.state.train_seconds += time.perf_counter() - start
@@ -322,9 +325,9 @@ class Trainer:
                           "ppl": perplexity(stats["loss"]), "lr": stats["lr"], "tokens_per_s": tok_s,
                           "train_seconds": self.state.train_seconds})
                 window_tokens, window_start = 0, time.perf_counter()
-            for hook in self.hooks:
+            for hook in list(self.hooks):  # a hook may replace hooks (the budget's calibration)
                 hook.after_step(self)
-            if self.state.step % t.valid_every == 0:
+            if self.state.step % self.cfg.train.valid_every == 0:
                 self._validation_point()
                 last_interval = self.state.step
                 window_start = time.perf_counter()
