@@ -97,6 +97,21 @@ def key(record: dict) -> tuple:
     return record["preset"], float(record["budget_minutes"]), record["recipe"]
 
 
+def markdown_table(records: list[dict]) -> str:
+    """The runs of each preset's recipe of today as the Markdown table of docs/benchmarks.md."""
+    lines = ["| preset | budget (min) | trained (min) | steps | val BLEU | test_2016 | test_2017 |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for preset in sorted({r["preset"] for r in records}):
+        today = recipe(preset, [])
+        for r in sorted((r for r in records if r["preset"] == preset and r["recipe"] == today),
+                        key=lambda r: r["budget_minutes"]):
+            tests = [r["test"].get(name) for name in TEST_SETS]
+            cells = [f"{t['bleu']:.1f} / {t['bleu_lc_tok']:.1f} / {t['chrf']:.1f}" if t else "" for t in tests]
+            lines.append(f"| {preset} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | {r['steps']:,} | "
+                         f"{r['valid_bleu'] or 0:.1f} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def draw_chart(records: list[dict], path: Path) -> None:
     """test_2016 BLEU against training minutes of each preset as it is today (the runs of its
     recipe), one line per preset, the 2-hour recipe dashed."""
@@ -133,6 +148,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_quality"), help="run folders")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"JSONL of every finished run (default {RESULTS})")
     parser.add_argument("--chart", type=Path, help="draw test_2016 BLEU against minutes to this PNG")
+    parser.add_argument("--markdown", action="store_true", help="also print the table of the presets' runs "
+                        "(cased / lowercased-tokenized BLEU / chrF) for docs/benchmarks.md")
     parser.add_argument("--json", action="store_true", help="last line: this invocation's records as JSON")
     args = parser.parse_args()
     logging.getLogger("transformer_mt").setLevel(logging.WARNING)
@@ -161,6 +178,8 @@ def main() -> int:
                   f"{t16.get('chrf', 0):>5.1f} {t17.get('bleu', 0):>5.1f} {t17.get('bleu_lc_tok', 0):>6.1f}", flush=True)
     if args.chart:
         draw_chart(list(known.values()), args.chart)
+    if args.markdown:
+        print(markdown_table(list(known.values())))
     if args.json:
         print(json.dumps(mine))
     return 0

@@ -51,3 +51,14 @@ def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
     assert ttq.recipe("multi30k_en_de", [f"--model.dropout={dropout + 0.1:.2f}"]) != today
     assert ttq.recipe("multi30k_en_de", ["--train.precision=fp32"]) != today
     assert ttq.recipe("multi30k_de_en", []) != today
+
+
+def test_the_markdown_table_lists_the_runs_of_todays_recipe_only() -> None:
+    ttq = load_benchmark("time_to_quality")
+    scores = {"test_2016_flickr": {"bleu": 38.79, "bleu_lc_tok": 39.16, "chrf": 62.97}}
+    today = {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 59.4, "steps": 8123,
+             "valid_bleu": 39.91, "test": scores, "recipe": ttq.recipe("multi30k_en_de", [])}
+    other = dict(today, budget_minutes=10.0, recipe=ttq.recipe("multi30k_en_de", ["--model.n_layers=1"]))
+    table = ttq.markdown_table([other, today]).splitlines()
+    assert len(table) == 3
+    assert table[2] == "| multi30k_en_de | 60 | 59.4 | 8,123 | 39.9 | 38.8 / 39.2 / 63.0 |  |"

@@ -188,12 +188,17 @@ class MultiHeadAttention(nn.Module):
 
     def _takes_explicit_path(self, q: torch.Tensor) -> bool:
         """The written-out path gives the weights to weights hooks, and it is the faster one in
-        CPU training, with or without attention dropout: SDPA's CPU dropout draws one bernoulli
-        per weight, and its CPU flash kernel's backward is slow at small heads. Measured in bf16
-        (forward + backward, torch 2.13, 2 cores): d_model 128 x 4 layers, 128 x 16 tokens,
-        419 ms through SDPA's flash kernel, 236 ms through its math kernel, 219 ms written out;
-        d_model 512 x 8 heads, 16 x 128 tokens, 671 against 538 ms."""
-        return self.records_weights or (self.training and q.device.type == "cpu")
+        CPU training with attention dropout (SDPA's CPU dropout draws one bernoulli per
+        weight) or under bf16 autocast, where SDPA's CPU flash kernel has a slow backward at
+        small heads. Forward + backward, 3 + 3 layers, torch 2.13, 2 cores, no attention
+        dropout: bf16, d_model 128, 128 x 16 tokens, 358 ms through SDPA, 164 written out
+        (256 wide, 32 x 64 tokens: 348 against 268; 8 x 256 tokens: 336 against 344); in
+        fp32 SDPA is as fast or faster (8 x 256 tokens: 553 against 643), so fp32 keeps it."""
+        if self.records_weights:
+            return True
+        if not self.training or q.device.type != "cpu":
+            return False
+        return self.dropout.p > 0 or torch.is_autocast_enabled("cpu")
 
     def _causal_mask(
         self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool, explicit: bool
