@@ -31,7 +31,6 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -40,8 +39,8 @@ from transformer_mt.config import Config, replace
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_write_text
 from transformer_mt.runs import RunDir, save_checkpoint
-from transformer_mt.training.distributed import DistributedContext, broadcast_object
-from transformer_mt.training.hooks import Hook
+from transformer_mt.training.distributed import DistributedContext, broadcast_object, threads_of_waiting_ranks
+from transformer_mt.training.hooks import Hook, make_hooks
 from transformer_mt.training.schedule import make_schedule
 from transformer_mt.training.task import Task
 from transformer_mt.training.trainer import Trainer, rng_state, set_rng_state
@@ -108,9 +107,11 @@ def make_plan(budget_seconds: float, seconds_per_step: float, validation_seconds
                 AVERAGED, max(1, round(AVERAGE_SPAN * total / AVERAGED)), done)
 
 
-def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device) -> tuple[float, float]:
+def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device,
+            world_size: int = 1) -> tuple[float, float]:
     """Seconds per optimizer step and per validation point, measured on a copy of
-    `model` in one process; the random states are put back afterwards."""
+    `model` in one process (rank 0 of `world_size`, validating as the run's rank 0 will);
+    the random states are put back afterwards."""
     saved = rng_state()
     trial = Trainer(cfg, run, task, copy.deepcopy(model), device, progress=False)
     for _ in range(WARMUP_CALLS):
@@ -120,7 +121,8 @@ def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torc
         trial.train_step()
     per_step = (time.perf_counter() - start) / TIMED_STEPS
     start = time.perf_counter()
-    trial.task.validate(trial.model, device, trial.precision)
+    with threads_of_waiting_ranks(device, world_size):
+        trial.task.validate(trial.model, device, trial.precision)
     with tempfile.TemporaryDirectory() as tmp:
         save_checkpoint(trial.checkpoint_state([saved]), Path(tmp) / "step.pt")
     per_validation = time.perf_counter() - start
@@ -128,11 +130,12 @@ def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torc
     return per_step, per_validation
 
 
-def new_plan(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device) -> Plan | str:
+def new_plan(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device,
+             world_size: int = 1) -> Plan | str:
     """Measure, then plan what is left of the budget; a budget too small gives its error
     message instead (handed to every rank)."""
     start = time.perf_counter()
-    per_step, per_validation = measure(cfg, run, task, model, device)
+    per_step, per_validation = measure(cfg, run, task, model, device, world_size)
     spent = time.perf_counter() - start
     try:
         return make_plan(cfg.train.budget_minutes * 60, per_step, per_validation, cfg.train.warmup_steps, spent)
@@ -141,7 +144,7 @@ def new_plan(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: tor
 
 
 def planned_config(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device,
-                   ctx: DistributedContext, hooks: Callable[[Config], list[Hook]]) -> tuple[Config, list[Hook]]:
+                   ctx: DistributedContext) -> tuple[Config, list[Hook]]:
     """`cfg` and its hooks for a budgeted run: the plan of plan.json when the run has one;
     else the copy's check (a budget too small is refused before training, on every rank)
     and a Calibration hook that fixes the plan on the run's own first steps."""
@@ -150,16 +153,17 @@ def planned_config(cfg: Config, run: RunDir, task: Task, model: nn.Module, devic
         if ctx.is_main:
             log.info(plan.describe())
         planned = plan.apply(cfg)
-        return planned, hooks(planned)
+        return planned, make_hooks(planned, run)
     started = time.perf_counter()
-    check = broadcast_object(new_plan(cfg, run, task, model, device) if ctx.is_main else None, ctx.world_size)
+    check = broadcast_object(new_plan(cfg, run, task, model, device, ctx.world_size) if ctx.is_main else None,
+                             ctx.world_size)
     if isinstance(check, str):  # every rank stops with rank 0's error
         raise UserError(check)
     steps = max(1, min(cfg.train.warmup_steps, CALIBRATION_STEPS, check.total_steps))
     # until the plan: the warmup's rates (the same whatever the length), no validation point
     provisional = replace(cfg.train, schedule="linear", max_steps=check.total_steps,
                           valid_every=check.total_steps + 1, average_last=0)
-    calibration = Calibration(run, ctx, cfg.train.budget_minutes * 60, check.validation_seconds, steps, started, hooks)
+    calibration = Calibration(run, ctx, cfg.train.budget_minutes * 60, check.validation_seconds, steps, started)
     return replace(cfg, train=provisional), [calibration]
 
 
@@ -168,8 +172,8 @@ class Calibration(Hook):
     plan.json, and gives the trainer the planned config, schedule and hooks."""
 
     def __init__(self, run: RunDir, ctx: DistributedContext, budget_seconds: float, validation_seconds: float,
-                 steps: int, started: float, hooks: Callable[[Config], list[Hook]]) -> None:
-        self.run, self.ctx, self.steps, self.started, self.hooks = run, ctx, steps, started, hooks
+                 steps: int, started: float) -> None:
+        self.run, self.ctx, self.steps, self.started = run, ctx, steps, started
         self.budget_seconds, self.validation_seconds = budget_seconds, validation_seconds
         self.timed_from, self.seconds_then = steps // 2, 0.0
 
@@ -192,4 +196,4 @@ class Calibration(Hook):
         trainer.cfg = plan.apply(trainer.cfg)
         trainer.schedule = make_schedule(trainer.cfg.train, trainer.cfg.model.d_model)
         trainer.hooks.remove(self)
-        trainer.hooks.extend(self.hooks(trainer.cfg))
+        trainer.hooks.extend(make_hooks(trainer.cfg, self.run))

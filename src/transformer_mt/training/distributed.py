@@ -9,8 +9,10 @@ import ctypes
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -100,6 +102,24 @@ def broadcast_object(obj: object, world_size: int) -> object:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+@contextmanager
+def threads_of_waiting_ranks(device: torch.device, world_size: int) -> Iterator[None]:
+    """While rank 0 validates alone, the other processes of its machine wait for its result
+    (blocked in a broadcast, not spinning): on a CPU, lend it their threads meanwhile. torchrun
+    starts every process on one thread (OMP_NUM_THREADS=1), so without this a 2-process run on
+    2 cores would decode its validation set on one core. Nothing changes in one process."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if world_size == 1 or local == 1 or device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads * local)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def rank_seed(seed: int, rank: int) -> int:

@@ -24,7 +24,7 @@ from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
 from transformer_mt.training.budget import planned_config
-from transformer_mt.training.hooks import Averaging, Hook, PreferAverage
+from transformer_mt.training.hooks import make_hooks
 from transformer_mt.training.language_modeling import LanguageModelTask
 from transformer_mt.training.trainer import Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
@@ -87,15 +87,6 @@ def make_task(cfg: Config, run: RunDir, ctx: DistributedContext,
     return kind.prepare(cfg, run, ctx, progress)
 
 
-def make_hooks(cfg: Config, run: RunDir) -> list[Hook]:
-    """The hooks `cfg` asks for: weight averaging when train.average_last > 0, the
-    average then preferred as the default model where it wins on validation."""
-    t = cfg.train
-    if t.average_last == 0:
-        return []
-    return [Averaging(run, t.average_last, t.average_every or t.valid_every), PreferAverage(run)]
-
-
 def initialize_from(model: nn.Module, cfg: Config) -> None:
     """Load the weights of the run train.init_from into `model` (fine-tuning starts
     there; its own optimizer, schedule and data). The model section must describe the
@@ -138,7 +129,7 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
             if cfg.train.budget_minutes > 0:
-                cfg, hooks = planned_config(cfg, run, task, model, device, ctx, lambda c: make_hooks(c, run))
+                cfg, hooks = planned_config(cfg, run, task, model, device, ctx)
             else:
                 hooks = make_hooks(cfg, run)
             trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress, hooks=hooks)

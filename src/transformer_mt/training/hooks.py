@@ -16,6 +16,7 @@ import copy
 import logging
 from typing import TYPE_CHECKING, Any
 
+from transformer_mt.config import Config
 from transformer_mt.runs import (
     RunDir, average_weight_files, drop_snapshots_after, list_snapshots, load_weights, save_snapshot, save_weights,
 )
@@ -98,3 +99,12 @@ class PreferAverage(Hook):
             trainer.state.best = result[metric]
         log.info("validation %s: average %.4g, best checkpoint %.4g; best.safetensors holds the %s",
                  metric, result[metric], best, "average" if wins else "checkpoint")
+
+
+def make_hooks(cfg: Config, run: RunDir) -> list[Hook]:
+    """The hooks `cfg` asks for: weight averaging when train.average_last > 0, the
+    average then preferred as the default model where it wins on validation."""
+    t = cfg.train
+    if t.average_last == 0:
+        return []
+    return [Averaging(run, t.average_last, t.average_every or t.valid_every), PreferAverage(run)]

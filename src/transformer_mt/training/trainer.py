@@ -25,7 +25,9 @@ from transformer_mt.errors import TrainingDiverged
 from transformer_mt.runs import (
     RunDir, drop_metrics_after, latest_checkpoint, load_model_state, prune_checkpoints, save_checkpoint, save_weights,
 )
-from transformer_mt.training.distributed import all_reduce_sum, broadcast_object, gather_objects, rank_seed
+from transformer_mt.training.distributed import (
+    all_reduce_sum, broadcast_object, gather_objects, rank_seed, threads_of_waiting_ranks,
+)
 from transformer_mt.training.hooks import Hook
 from transformer_mt.training.loss import perplexity
 from transformer_mt.training.schedule import Progress, make_optimizer, make_schedule, set_lr
@@ -196,7 +198,10 @@ class Trainer:
         same early-stopping decision), keep the best weights, checkpoint. A task without
         validation data has nothing to select on: best.safetensors is then the newest
         weights."""
-        result = self.task.validate(self.model, self.device, self.precision) if self.rank == 0 else None
+        result = None
+        if self.rank == 0:
+            with threads_of_waiting_ranks(self.device, self.world_size):
+                result = self.task.validate(self.model, self.device, self.precision)
         result = broadcast_object(result, self.world_size)
         if result:
             improved = self._improved(result)
@@ -305,9 +310,6 @@ class Trainer:
         last_interval = self.state.step
         self.time_up = self.agree(0.0, 0 < t.max_seconds <= self.state.train_seconds)[1]
         while not self._should_stop():
-            if t is not self.cfg.train:  # a hook fixed the plan (a budgeted run's calibration)
-                t = self.cfg.train
-                bar.total = t.max_steps
             start = time.perf_counter()
             stats = self.train_step()
             self.state.train_seconds += time.perf_counter() - start
@@ -327,7 +329,10 @@ class Trainer:
                 window_tokens, window_start = 0, time.perf_counter()
             for hook in list(self.hooks):  # a hook may replace hooks (the budget's calibration)
                 hook.after_step(self)
-            if self.state.step % self.cfg.train.valid_every == 0:
+            if t is not self.cfg.train:  # a hook fixed the plan (the budget's calibration)
+                t = self.cfg.train
+                bar.total = t.max_steps
+            if self.state.step % t.valid_every == 0:
                 self._validation_point()
                 last_interval = self.state.step
                 window_start = time.perf_counter()
