@@ -98,38 +98,53 @@ def key(record: dict) -> tuple:
     return record["preset"], float(record["budget_minutes"]), record["recipe"]
 
 
+# The variants of today's recipes that the table and the chart show besides the recipe itself:
+# issue 25 asks what the recipe reaches forced to fp32, as on a CPU without fast bf16.
+VARIANTS = {"": [], " (fp32)": ["--train.precision=fp32"]}
+
+
+def todays_runs(records: list[dict], preset: str) -> dict[str, list[dict]]:
+    """The runs of `preset`'s recipe as it is today and of each of its VARIANTS, by budget."""
+    runs = {}
+    for label, overrides in VARIANTS.items():
+        fingerprint = recipe(preset, overrides)
+        runs[label] = sorted((r for r in records if r["preset"] == preset and r["recipe"] == fingerprint),
+                             key=lambda r: r["budget_minutes"])
+    return runs
+
+
 def markdown_table(records: list[dict]) -> str:
-    """The runs of each preset's recipe of today as the Markdown table of docs/benchmarks.md."""
+    """The runs of each preset's recipe of today (and its VARIANTS) as the Markdown table of
+    docs/benchmarks.md."""
     lines = ["| preset | budget (min) | trained (min) | steps | val BLEU | test_2016 | test_2017 |",
              "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for preset in sorted({r["preset"] for r in records}):
-        today = recipe(preset, [])
-        for r in sorted((r for r in records if r["preset"] == preset and r["recipe"] == today),
-                        key=lambda r: r["budget_minutes"]):
-            tests = [r["test"].get(name) for name in TEST_SETS]
-            cells = [f"{t['bleu']:.1f} / {t['bleu_lc_tok']:.1f} / {t['chrf']:.1f}" if t else "" for t in tests]
-            lines.append(f"| {preset} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | {r['steps']:,} | "
-                         f"{r['valid_bleu'] or 0:.1f} | {cells[0]} | {cells[1]} |")
+        for label, runs in todays_runs(records, preset).items():
+            for r in runs:
+                tests = [r["test"].get(name) for name in TEST_SETS]
+                cells = [f"{t['bleu']:.1f} / {t['bleu_lc_tok']:.1f} / {t['chrf']:.1f}" if t else "" for t in tests]
+                lines.append(f"| {preset}{label} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | "
+                             f"{r['steps']:,} | {r['valid_bleu'] or 0:.1f} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
 def draw_chart(records: list[dict], path: Path) -> None:
     """test_2016 BLEU against training minutes of each preset as it is today (the runs of its
-    recipe), one line per preset, the 2-hour recipe dashed."""
+    recipe, and of its VARIANTS dotted), one line per preset, the 2-hour recipe dashed."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 4.2), dpi=100, layout="constrained")
     ax = fig.subplots()
     for index, preset in enumerate(sorted({r["preset"] for r in records})):
-        today = recipe(preset, [])
-        rows = sorted((r for r in records if r["preset"] == preset and r["recipe"] == today),
-                      key=lambda r: r["budget_minutes"])
-        points = [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
-                  if "test_2016_flickr" in r["test"]]
-        if points:
-            ax.plot(*zip(*points), marker="o", color=f"C{index}", label=f"{preset} (budgeted)")
-            for x, y in points:
-                ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, -14), ha="center", fontsize=8)
+        for label, rows in todays_runs(records, preset).items():
+            points = [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
+                      if "test_2016_flickr" in r["test"]]
+            if points:
+                ax.plot(*zip(*points), marker="o" if not label else "^", color=f"C{index}",
+                        linestyle="-" if not label else ":", label=f"{preset}{label or ' (budgeted)'}")
+                for x, y in points:
+                    ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, -14), ha="center",
+                                fontsize=8)
         if preset in TWO_HOUR_RECIPE:
             minutes, bleu = TWO_HOUR_RECIPE[preset]
             ax.axhline(bleu, color=f"C{index}", linestyle="--", linewidth=1)

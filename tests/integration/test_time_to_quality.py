@@ -59,6 +59,8 @@ def test_the_markdown_table_lists_the_runs_of_todays_recipe_only() -> None:
     today = {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 59.4, "steps": 8123,
              "valid_bleu": 39.91, "test": scores, "recipe": ttq.recipe("multi30k_en_de", [])}
     other = dict(today, budget_minutes=10.0, recipe=ttq.recipe("multi30k_en_de", ["--model.n_layers=1"]))
-    table = ttq.markdown_table([other, today]).splitlines()
-    assert len(table) == 3
+    fp32 = dict(today, steps=5309, recipe=ttq.recipe("multi30k_en_de", ["--train.precision=fp32"]))
+    table = ttq.markdown_table([other, fp32, today]).splitlines()
+    assert len(table) == 4
     assert table[2] == "| multi30k_en_de | 60 | 59.4 | 8,123 | 39.9 | 38.8 / 39.2 / 63.0 |  |"
+    assert table[3] == "| multi30k_en_de (fp32) | 60 | 59.4 | 5,309 | 39.9 | 38.8 / 39.2 / 63.0 |  |"
