@@ -19,7 +19,7 @@ def one_thread():
 
 def test_rank_0_validates_on_the_threads_of_the_ranks_waiting_on_its_machine(one_thread, monkeypatch) -> None:
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    with threads_of_waiting_ranks(torch.device("cpu"), world_size=2):
+    with threads_of_waiting_ranks(torch.device("cpu")):
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == 1
 
@@ -27,20 +27,22 @@ def test_rank_0_validates_on_the_threads_of_the_ranks_waiting_on_its_machine(one
 def test_the_threads_are_given_back_when_validation_fails(one_thread, monkeypatch) -> None:
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(RuntimeError):
-        with threads_of_waiting_ranks(torch.device("cpu"), world_size=2):
+        with threads_of_waiting_ranks(torch.device("cpu")):
             raise RuntimeError("validation failed")
     assert torch.get_num_threads() == 1
 
 
-@pytest.mark.parametrize("device, world_size, local", [
-    ("cpu", 1, "1"),   # one process: it has its threads already
-    ("cpu", 2, "1"),   # one process on each of two machines: nobody waits on this one
-    ("cuda", 2, "2"),  # GPU ranks: the CPU threads are not what validation runs on
+@pytest.mark.parametrize("device, local", [
+    ("cpu", None),  # one process, not started by torchrun: it has its threads already
+    ("cpu", "1"),   # one process on each of several machines: nobody waits on this one
+    ("cuda", "2"),  # GPU ranks: the CPU threads are not what validation runs on
 ])
-def test_nothing_changes_where_no_rank_of_this_machine_waits(one_thread, monkeypatch, device, world_size,
-                                                             local) -> None:
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
-    with threads_of_waiting_ranks(torch.device(device), world_size=world_size):
+def test_nothing_changes_where_no_rank_of_this_machine_waits(one_thread, monkeypatch, device, local) -> None:
+    if local is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    with threads_of_waiting_ranks(torch.device(device)):
         assert torch.get_num_threads() == 1
 
 

@@ -107,11 +107,10 @@ def make_plan(budget_seconds: float, seconds_per_step: float, validation_seconds
                 AVERAGED, max(1, round(AVERAGE_SPAN * total / AVERAGED)), done)
 
 
-def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device,
-            world_size: int = 1) -> tuple[float, float]:
+def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device) -> tuple[float, float]:
     """Seconds per optimizer step and per validation point, measured on a copy of
-    `model` in one process (rank 0 of `world_size`, validating as the run's rank 0 will);
-    the random states are put back afterwards."""
+    `model` in one process (rank 0, validating as it will in the run); the random states
+    are put back afterwards."""
     saved = rng_state()
     trial = Trainer(cfg, run, task, copy.deepcopy(model), device, progress=False)
     for _ in range(WARMUP_CALLS):
@@ -121,7 +120,7 @@ def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torc
         trial.train_step()
     per_step = (time.perf_counter() - start) / TIMED_STEPS
     start = time.perf_counter()
-    with threads_of_waiting_ranks(device, world_size):
+    with threads_of_waiting_ranks(device):
         trial.task.validate(trial.model, device, trial.precision)
     with tempfile.TemporaryDirectory() as tmp:
         save_checkpoint(trial.checkpoint_state([saved]), Path(tmp) / "step.pt")
@@ -130,12 +129,11 @@ def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torc
     return per_step, per_validation
 
 
-def new_plan(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device,
-             world_size: int = 1) -> Plan | str:
+def new_plan(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device) -> Plan | str:
     """Measure, then plan what is left of the budget; a budget too small gives its error
     message instead (handed to every rank)."""
     start = time.perf_counter()
-    per_step, per_validation = measure(cfg, run, task, model, device, world_size)
+    per_step, per_validation = measure(cfg, run, task, model, device)
     spent = time.perf_counter() - start
     try:
         return make_plan(cfg.train.budget_minutes * 60, per_step, per_validation, cfg.train.warmup_steps, spent)
@@ -155,8 +153,7 @@ def planned_config(cfg: Config, run: RunDir, task: Task, model: nn.Module, devic
         planned = plan.apply(cfg)
         return planned, make_hooks(planned, run)
     started = time.perf_counter()
-    check = broadcast_object(new_plan(cfg, run, task, model, device, ctx.world_size) if ctx.is_main else None,
-                             ctx.world_size)
+    check = broadcast_object(new_plan(cfg, run, task, model, device) if ctx.is_main else None, ctx.world_size)
     if isinstance(check, str):  # every rank stops with rank 0's error
         raise UserError(check)
     steps = max(1, min(cfg.train.warmup_steps, CALIBRATION_STEPS, check.total_steps))

@@ -105,13 +105,13 @@ def broadcast_object(obj: object, world_size: int) -> object:
 
 
 @contextmanager
-def threads_of_waiting_ranks(device: torch.device, world_size: int) -> Iterator[None]:
+def threads_of_waiting_ranks(device: torch.device) -> Iterator[None]:
     """While rank 0 validates alone, the other processes of its machine wait for its result
-    (blocked in a broadcast, not spinning): on a CPU, lend it their threads meanwhile. torchrun
-    starts every process on one thread (OMP_NUM_THREADS=1), so without this a 2-process run on
+    in a broadcast: on a CPU, lend it their threads meanwhile. torchrun starts every process on
+    one thread (OMP_NUM_THREADS=1) and sets LOCAL_WORLD_SIZE, so without this a 2-process run on
     2 cores would decode its validation set on one core. Nothing changes in one process."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if world_size == 1 or local == 1 or device.type != "cpu":
+    if local == 1 or device.type != "cpu":
         yield
         return
     threads = torch.get_num_threads()

@@ -200,7 +200,7 @@ class Trainer:
         weights."""
         result = None
         if self.rank == 0:
-            with threads_of_waiting_ranks(self.device, self.world_size):
+            with threads_of_waiting_ranks(self.device):
                 result = self.task.validate(self.model, self.device, self.precision)
         result = broadcast_object(result, self.world_size)
         if result:
