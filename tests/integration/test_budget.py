@@ -16,7 +16,7 @@ from transformer_mt.errors import UserError
 from transformer_mt.runs import list_checkpoints, load_checkpoint
 from transformer_mt.training import fit
 from transformer_mt.training import budget
-from transformer_mt.training.budget import Plan, make_plan
+from transformer_mt.training.budget import Plan, make_plan, steps_that_fit
 
 
 def test_a_plan_by_hand() -> None:
@@ -58,12 +58,26 @@ def test_the_cli_refuses_a_tiny_budget_in_one_line_before_training(tmp_path: Pat
     assert not run.exists()  # nothing half-made
 
 
-def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(tmp_path: Path) -> None:
+def test_a_replan_by_hand() -> None:
+    """After step 1000 (a validation point) with 600 s left, 0.5 s a step, 10 s a validation
+    point every 500 steps: the last step 2100 takes 1100 steps (550 s) and the validation
+    points at 1000, 1500, 2000, 2100 and the average's (50 s); step 2101 would not fit."""
+    assert steps_that_fit(1000, 600.0, 0.5, 10.0, 500) == 2100
+    assert steps_that_fit(1000, 5.0, 0.5, 10.0, 500) == 1001  # over budget: stop at the next step
+
+
+def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With re-plans: the calibration over-counts its steps' time twice, so the run re-plans
+    at its validation points; the resumed run follows the recorded plan without re-planning."""
+    monkeypatch.setattr(budget, "SLOWDOWN", 2.0)
+    monkeypatch.setattr(budget, "VALIDATION_SHARE", 0.5)  # validation points enough to re-plan at
     straight = tmp_path / "straight"
     cfg = tiny_config(train__budget_minutes=0.25, train__warmup_steps=5, data__task_size=300, model__dropout=0.1)
     fit(cfg, straight, progress=False)
     plan = Plan(**json.loads((straight / "plan.json").read_text()))
     assert plan.calibration_steps == 5  # the warmup: fixed on the run's own steps
+    assert plan.replans and plan.first_total_steps < plan.total_steps  # the first plan was too short
     events = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     assert min(e["step"] for e in events if e["event"] == "valid") > plan.calibration_steps
     last = list_checkpoints(straight / "checkpoints")[-1]
@@ -105,3 +119,21 @@ def test_the_plan_fits_the_budget_even_when_the_first_measurement_was_wrong(
     plan = Plan(**json.loads((run / "plan.json").read_text()))
     assert plan.calibration_steps == 20 and trainer.state.step == plan.total_steps
     assert trainer.state.train_seconds < 0.2 * 60
+
+
+def test_replans_bring_a_plan_that_was_too_long_back_into_the_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A calibration that times its steps 4x too fast plans ~4x too many steps; the re-plans
+    at the validation points, on the steps really timed, end the run within its budget, the
+    learning rate annealed at its last step."""
+    monkeypatch.setattr(budget, "SLOWDOWN", 0.25)
+    monkeypatch.setattr(budget, "VALIDATION_SHARE", 0.5)
+    run = tmp_path / "run"
+    cfg = tiny_config(train__budget_minutes=0.2, train__warmup_steps=5, data__task_size=300, train__log_every=1)
+    trainer = fit(cfg, run, progress=False)
+    plan = Plan(**json.loads((run / "plan.json").read_text()))
+    assert plan.replans and plan.first_total_steps > 2 * plan.total_steps
+    assert trainer.state.step == plan.total_steps
+    assert trainer.state.train_seconds < 0.2 * 60
+    lrs = [e["lr"] for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "train"]
+    assert lrs[-1] < 0.05 * max(lrs)

@@ -11,15 +11,22 @@ ran ~25% faster than a long run's average on a 2-core CPU (a 60-minute Multi30k 
 fit, validation points that take at most a tenth of the budget, the linear-decay schedule
 that reaches (almost) zero at the last step, and model-only snapshots over the last tenth
 of the steps, averaged at the end (the average becomes the default model only if it wins on
-validation: training/hooks.py). The plan is written to the run (plan.json) and logged;
-a resumed run reads it back instead of measuring again (no checkpoint is written before
-the plan exists), so it continues the same plan and ends bit-identical to an
-uninterrupted run. Two machines of different speed each get a plan that fits their own
-speed.
+validation: training/hooks.py). Two machines of different speed each get a plan that fits
+their own speed.
 
-The copy's steps consume random numbers (dropout); the random states are restored after
-the measurement, so a budgeted run computes exactly what a run with its planned config
-(train.max_steps = the plan's steps, ...) computes."""
+150 steps are a noisy clock: on a 2-core CPU their mean was 6% below a 60-minute run's in
+bf16 and 4% above it in fp32 (where SLOWDOWN then left 8 of 60 minutes unused). So at each
+validation point before the averaged snapshots begin, the run re-fixes its last step on the
+mean step time since the calibration and on what its validation points really cost
+(Replan); the learning rate goes on from the rate it has, in a straight line down to ~0 at
+the new last step (schedule.LinearDecaySchedule), so it never jumps.
+
+The plan, with its re-plans, is written to the run (plan.json) before the checkpoint of the
+step it changes, and logged. A resumed run reads it back instead of measuring again (no
+checkpoint is written before the plan exists) and follows it without re-planning, so it
+ends bit-identical to an uninterrupted run that made the same plan. The copy's steps
+consume random numbers (dropout); the random states are restored after the measurement,
+so the copy changes nothing the run computes."""
 
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from dataclasses import replace as replace_fields
 from pathlib import Path
 
 import torch
@@ -41,7 +49,7 @@ from transformer_mt.files import atomic_write_text
 from transformer_mt.runs import RunDir, save_checkpoint
 from transformer_mt.training.distributed import DistributedContext, broadcast_object, threads_of_waiting_ranks
 from transformer_mt.training.hooks import Hook, make_hooks
-from transformer_mt.training.schedule import make_schedule
+from transformer_mt.training.schedule import Schedule, make_schedule
 from transformer_mt.training.task import Task
 from transformer_mt.training.trainer import Trainer, rng_state, set_rng_state
 
@@ -57,6 +65,7 @@ VALIDATION_SHARE = 0.1  # at most this share of the budget goes to validation po
 MAX_VALIDATIONS = 10
 AVERAGED = 5  # snapshots averaged at the end, spread over the last AVERAGE_SPAN of the steps
 AVERAGE_SPAN = 0.1
+REPLAN_MARGIN = 1.02  # a re-plan counts each remaining step as this many times the mean step so far
 
 
 @dataclass(frozen=True)
@@ -71,12 +80,29 @@ class Plan:
     average_last: int
     average_every: int
     calibration_steps: int = 0  # real steps timed before the plan was fixed (0: the copy's steps)
+    first_total_steps: int = 0  # the first plan's last step, where re-plans moved it (0: total_steps)
+    replans: tuple[tuple[int, int], ...] = ()  # (step, total_steps from then on) of every re-plan
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replans", tuple(tuple(pair) for pair in self.replans))  # JSON gives lists
 
     def apply(self, cfg: Config) -> Config:
         """`cfg` with the plan's steps, schedule, validation points and averaging."""
         train = replace(cfg.train, max_steps=self.total_steps, valid_every=self.valid_every, schedule="linear",
                         average_last=self.average_last, average_every=self.average_every)
         return replace(cfg, train=train)
+
+    def schedule(self, cfg: Config) -> Schedule:
+        """The linear decay to ~0 at the first plan's last step, re-aimed at each re-plan."""
+        first = replace(cfg.train, schedule="linear", max_steps=self.first_total_steps or self.total_steps)
+        return replace_fields(make_schedule(first, cfg.model.d_model), replans=self.replans)
+
+    def replanned(self, step: int, total_steps: int) -> "Plan":
+        """This plan with its last step moved to `total_steps` after `step` (the snapshots
+        spread over the new last tenth; validation points stay where they were)."""
+        return replace_fields(self, total_steps=total_steps, first_total_steps=self.first_total_steps or self.total_steps,
+                              replans=(*self.replans, (step, total_steps)),
+                              average_every=max(1, round(AVERAGE_SPAN * total_steps / self.average_last)))
 
     def describe(self) -> str:
         return (f"budget plan: {self.total_steps} steps at {self.seconds_per_step:.3f} s/step, validation every "
@@ -105,6 +131,25 @@ def make_plan(budget_seconds: float, seconds_per_step: float, validation_seconds
                         f"train.warmup_steps={warmup_steps}; give at least {need:.1f} minutes or lower warmup_steps")
     return Plan(budget_seconds, seconds_per_step, validation_seconds, total, math.ceil(total / validations),
                 AVERAGED, max(1, round(AVERAGE_SPAN * total / AVERAGED)), done)
+
+
+def steps_that_fit(step: int, seconds_left: float, seconds_per_step: float, validation_seconds: float,
+                   valid_every: int) -> int:
+    """The last step T of a plan re-fixed after `step` (a validation point, not yet made)
+    with `seconds_left` of the budget: the steps after `step` at `seconds_per_step`, and the
+    validation points from `step` to T (every `valid_every` steps, one more at T off that grid,
+    one for the average) at `validation_seconds`, take at most seconds_left. At least step + 1."""
+    def cost(total: int) -> float:
+        points = total // valid_every - (step - 1) // valid_every + (total % valid_every != 0) + 1
+        return (total - step) * seconds_per_step + points * validation_seconds
+
+    per_step = seconds_per_step + validation_seconds / valid_every
+    total = step + max(math.floor((seconds_left - 2 * validation_seconds) / per_step), 1)
+    while total > step + 1 and cost(total) > seconds_left:
+        total -= 1
+    while cost(total + 1) <= seconds_left:
+        total += 1
+    return total
 
 
 def measure(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device) -> tuple[float, float]:
@@ -142,16 +187,17 @@ def new_plan(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: tor
 
 
 def planned_config(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device,
-                   ctx: DistributedContext) -> tuple[Config, list[Hook]]:
-    """`cfg` and its hooks for a budgeted run: the plan of plan.json when the run has one;
-    else the copy's check (a budget too small is refused before training, on every rank)
-    and a Calibration hook that fixes the plan on the run's own first steps."""
+                   ctx: DistributedContext) -> tuple[Config, list[Hook], Schedule | None]:
+    """`cfg`, its hooks and its learning-rate schedule (None: cfg's) for a budgeted run:
+    the plan of plan.json when the run has one; else the copy's check (a budget too small
+    is refused before training, on every rank) and a Calibration hook that fixes the plan
+    on the run's own first steps."""
     if run.plan.is_file():
         plan = Plan(**json.loads(run.plan.read_text(encoding="utf-8")))
         if ctx.is_main:
             log.info(plan.describe())
         planned = plan.apply(cfg)
-        return planned, make_hooks(planned, run)
+        return planned, make_hooks(planned, run), plan.schedule(cfg)
     started = time.perf_counter()
     check = broadcast_object(new_plan(cfg, run, task, model, device) if ctx.is_main else None, ctx.world_size)
     if isinstance(check, str):  # every rank stops with rank 0's error
@@ -161,12 +207,12 @@ def planned_config(cfg: Config, run: RunDir, task: Task, model: nn.Module, devic
     provisional = replace(cfg.train, schedule="linear", max_steps=check.total_steps,
                           valid_every=check.total_steps + 1, average_last=0)
     calibration = Calibration(run, ctx, cfg.train.budget_minutes * 60, check.validation_seconds, steps, started)
-    return replace(cfg, train=provisional), [calibration]
+    return replace(cfg, train=provisional), [calibration], None
 
 
 class Calibration(Hook):
     """Times the second half of the run's first `steps` steps, then fixes the plan: writes
-    plan.json, and gives the trainer the planned config, schedule and hooks."""
+    plan.json, and gives the trainer the planned config, schedule and hooks, Replan first."""
 
     def __init__(self, run: RunDir, ctx: DistributedContext, budget_seconds: float, validation_seconds: float,
                  steps: int, started: float) -> None:
@@ -191,6 +237,53 @@ class Calibration(Hook):
             log.info(plan.describe())
         plan = broadcast_object(plan, self.ctx.world_size)
         trainer.cfg = plan.apply(trainer.cfg)
-        trainer.schedule = make_schedule(trainer.cfg.train, trainer.cfg.model.d_model)
-        trainer.hooks.remove(self)
-        trainer.hooks.extend(make_hooks(trainer.cfg, self.run))
+        trainer.schedule = plan.schedule(trainer.cfg)
+        replan = Replan(self.run, self.ctx, plan, self.budget_seconds, self.started, trainer)
+        trainer.hooks = [replan, *make_hooks(trainer.cfg, self.run)]
+
+
+class Replan(Hook):
+    """At each validation point from the end of the warmup until the averaged snapshots
+    begin, re-fixes the plan's last step (rank 0 decides, every rank follows): the steps
+    since the calibration give the mean step time (times REPLAN_MARGIN), the time outside
+    them the cost of a validation point (the copy's measurement until one was made), and
+    steps_that_fit the rest of the budget. A changed plan is written to plan.json before
+    the checkpoint of this step, and the trainer gets its config, schedule and hooks."""
+
+    def __init__(self, run: RunDir, ctx: DistributedContext, plan: Plan, budget_seconds: float, started: float,
+                 trainer: Trainer) -> None:
+        self.run, self.ctx, self.plan, self.budget_seconds, self.started = run, ctx, plan, budget_seconds, started
+        self.step_then, self.seconds_then, self.wall_then = (trainer.state.step, trainer.state.train_seconds,
+                                                            time.perf_counter())
+
+    def after_step(self, trainer: Trainer) -> None:
+        step, plan = trainer.state.step, self.plan
+        averaging_from = plan.total_steps - plan.average_last * plan.average_every
+        if step % plan.valid_every or step < trainer.cfg.train.warmup_steps or step >= averaging_from:
+            return
+        new = self._new_plan(step, trainer.state.train_seconds) if self.ctx.is_main else None
+        new = broadcast_object(new, self.ctx.world_size)
+        if new is None:
+            return
+        self.plan = new
+        trainer.cfg = new.apply(trainer.cfg)
+        trainer.schedule = new.schedule(trainer.cfg)
+        trainer.hooks = [self, *make_hooks(trainer.cfg, self.run)]
+
+    def _new_plan(self, step: int, train_seconds: float) -> Plan | None:
+        """Rank 0's re-plan after `step`, written to plan.json and logged; None if the last step stays."""
+        now, plan = time.perf_counter(), self.plan
+        trained = train_seconds - self.seconds_then
+        per_step = REPLAN_MARGIN * trained / (step - self.step_then)
+        validations = (step - 1) // plan.valid_every - self.step_then // plan.valid_every  # made since the calibration
+        per_validation = ((now - self.wall_then - trained) / validations if validations
+                          else plan.validation_seconds)
+        total = steps_that_fit(step, self.budget_seconds - (now - self.started), per_step, per_validation,
+                               plan.valid_every)
+        if total == plan.total_steps:
+            return None
+        new = plan.replanned(step, total)
+        atomic_write_text(self.run.plan, json.dumps(asdict(new), indent=1) + "\n")
+        log.info("re-planned after step %d (%.3f s/step so far, %.1f s per validation point): %s",
+                 step, per_step / REPLAN_MARGIN, per_validation, new.describe())
+        return new

@@ -129,10 +129,11 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
             if cfg.train.budget_minutes > 0:
-                cfg, hooks = planned_config(cfg, run, task, model, device, ctx)
+                cfg, hooks, schedule = planned_config(cfg, run, task, model, device, ctx)
             else:
-                hooks = make_hooks(cfg, run)
-            trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress, hooks=hooks)
+                hooks, schedule = make_hooks(cfg, run), None
+            trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress, hooks=hooks,
+                              schedule=schedule)
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)

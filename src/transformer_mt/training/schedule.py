@@ -73,14 +73,25 @@ class LinearDecaySchedule:
     at step total_steps + 1, so the last step still learns a little. A run that knows its
     length anneals fully instead of stopping at a high rate, as the inverse square root
     does (Li et al. 2020, "Budgeted training": linear decay to zero is the best of the
-    simple schedules when the number of steps is fixed in advance)."""
+    simple schedules when the number of steps is fixed in advance).
+
+    A budgeted run that re-plans its length after step r (training/budget.py) continues from
+    the rate of step r in a straight line down to ~0 at its new last step T:
+        lrate(step) = lrate(r) * (T + 1 - step) / (T + 1 - r)  for step > r,
+    one (r, T) pair in `replans` for each re-plan, in order; the rate never jumps."""
 
     peak: float
     warmup_steps: int
-    total_steps: int
+    total_steps: int  # the first plan's last step
+    replans: tuple[tuple[int, int], ...] = ()
 
     def lr_at(self, progress: Progress) -> float:
         step = max(progress.step, 1)
+        for index in range(len(self.replans) - 1, -1, -1):
+            after, total = self.replans[index]
+            if step > after:
+                earlier = LinearDecaySchedule(self.peak, self.warmup_steps, self.total_steps, self.replans[:index])
+                return earlier.lr_at(Progress(after)) * max(total + 1 - step, 0) / max(total + 1 - after, 1)
         if step <= self.warmup_steps:
             return self.peak * step / self.warmup_steps
         remaining = max(self.total_steps + 1 - step, 0)

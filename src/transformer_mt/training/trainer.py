@@ -30,7 +30,7 @@ from transformer_mt.training.distributed import (
 )
 from transformer_mt.training.hooks import Hook
 from transformer_mt.training.loss import perplexity
-from transformer_mt.training.schedule import Progress, make_optimizer, make_schedule, set_lr
+from transformer_mt.training.schedule import Progress, Schedule, make_optimizer, make_schedule, set_lr
 from transformer_mt.training.task import Task
 
 log = logging.getLogger("transformer_mt")
@@ -106,7 +106,8 @@ class Trainer:
     (time cap, non-finite loss) are agreed by all ranks, so none waits alone in an
     all-reduce. Only rank 0 writes files and validates; it hands its result to the other
     ranks, so all reach the same early-stopping decisions. `hooks` are told of each
-    step, each validation point and the end (training/hooks.py)."""
+    step, each validation point and the end (training/hooks.py). `schedule` replaces the
+    one cfg.train names (a budget's plan: training/budget.py)."""
 
     def __init__(
         self,
@@ -119,6 +120,7 @@ class Trainer:
         world_size: int = 1,
         progress: bool = True,
         hooks: Iterable[Hook] = (),
+        schedule: Schedule | None = None,
     ) -> None:
         self.cfg, self.run, self.task = cfg, run, task
         self.device, self.rank, self.world_size = device, rank, world_size
@@ -130,7 +132,7 @@ class Trainer:
                 self.wrapped, device_ids=[device.index] if device.type == "cuda" else None
             )
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
-        self.schedule = make_schedule(cfg.train, cfg.model.d_model)
+        self.schedule = schedule if schedule is not None else make_schedule(cfg.train, cfg.model.d_model)
         self.criterion = task.criterion(self.model)
         self.batches = task.train_batches(cfg.train.seed, rank, world_size, cfg.train.accumulate)
         self.hooks = list(hooks)
