@@ -35,9 +35,11 @@ def attention(
     (B, H, Tq, Tk): this is the path that lets us plot where every head looks.
     """
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    # in place: neither the product's backward nor the division's needs the scores, and the
+    # (B, H, Tq, Tk) tensors are the largest of a layer: two fewer allocations per call
+    scores = (query @ key.transpose(-2, -1)).div_(math.sqrt(d_k))
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores.masked_fill_(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
     if dropout is not None:
         weights = dropout(weights)

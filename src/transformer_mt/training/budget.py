@@ -15,8 +15,9 @@ validation: training/hooks.py). Two machines of different speed each get a plan 
 their own speed.
 
 150 steps are a noisy clock: on a 2-core CPU their mean was 6% below a 60-minute run's in
-bf16 and 4% above it in fp32 (where SLOWDOWN then left 8 of 60 minutes unused). So at each
-validation point before the averaged snapshots begin, the run re-fixes its last step on the
+bf16 and 4% above it in fp32 (where SLOWDOWN then left 8 of 60 minutes unused), and 17% below
+the next 400 steps' in a 30-minute bf16 run. So at each validation point after the first,
+before the averaged snapshots begin, the run re-fixes its last step on the
 mean step time since the calibration and on what its validation points really cost
 (Replan); the learning rate goes on from the rate it has, in a straight line down to ~0 at
 the new last step (schedule.LinearDecaySchedule), so it never jumps.
@@ -37,7 +38,6 @@ import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from dataclasses import replace as replace_fields
 from pathlib import Path
 
 import torch
@@ -95,12 +95,12 @@ class Plan:
     def schedule(self, cfg: Config) -> Schedule:
         """The linear decay to ~0 at the first plan's last step, re-aimed at each re-plan."""
         first = replace(cfg.train, schedule="linear", max_steps=self.first_total_steps or self.total_steps)
-        return replace_fields(make_schedule(first, cfg.model.d_model), replans=self.replans)
+        return replace(make_schedule(first, cfg.model.d_model), replans=self.replans)
 
     def replanned(self, step: int, total_steps: int) -> "Plan":
         """This plan with its last step moved to `total_steps` after `step` (the snapshots
         spread over the new last tenth; validation points stay where they were)."""
-        return replace_fields(self, total_steps=total_steps, first_total_steps=self.first_total_steps or self.total_steps,
+        return replace(self, total_steps=total_steps, first_total_steps=self.first_total_steps or self.total_steps,
                               replans=(*self.replans, (step, total_steps)),
                               average_every=max(1, round(AVERAGE_SPAN * total_steps / self.average_last)))
 
@@ -244,10 +244,12 @@ class Calibration(Hook):
 
 class Replan(Hook):
     """At each validation point from the end of the warmup until the averaged snapshots
-    begin, re-fixes the plan's last step (rank 0 decides, every rank follows): the steps
-    since the calibration give the mean step time (times REPLAN_MARGIN), the time outside
-    them the cost of a validation point (the copy's measurement until one was made), and
-    steps_that_fit the rest of the budget. A changed plan is written to plan.json before
+    begin, once a validation point has been made, re-fixes the plan's last step (rank 0
+    decides, every rank follows): the steps since the calibration give the mean step time
+    (times REPLAN_MARGIN), the time outside them the cost of a validation point, and
+    steps_that_fit the rest of the budget. (The copy's validation, of an untrained model
+    that decodes to the length limit, took 23-30 s where a trained model's took ~10: a
+    30-minute run re-planned on it cut its plan by 11%, and put it back at the next point.) A changed plan is written to plan.json before
     the checkpoint of this step, and the trainer gets its config, schedule and hooks."""
 
     def __init__(self, run: RunDir, ctx: DistributedContext, plan: Plan, budget_seconds: float, started: float,
@@ -276,8 +278,9 @@ class Replan(Hook):
         trained = train_seconds - self.seconds_then
         per_step = REPLAN_MARGIN * trained / (step - self.step_then)
         validations = (step - 1) // plan.valid_every - self.step_then // plan.valid_every  # made since the calibration
-        per_validation = ((now - self.wall_then - trained) / validations if validations
-                          else plan.validation_seconds)
+        if validations == 0:  # the copy's validation, untrained, decoded to the length limit: wait for a real one
+            return None
+        per_validation = (now - self.wall_then - trained) / validations
         total = steps_that_fit(step, self.budget_seconds - (now - self.started), per_step, per_validation,
                                plan.valid_every)
         if total == plan.total_steps:
