@@ -101,13 +101,28 @@ class Plan:
         """This plan with its last step moved to `total_steps` after `step` (the snapshots
         spread over the new last tenth; validation points stay where they were)."""
         return replace(self, total_steps=total_steps, first_total_steps=self.first_total_steps or self.total_steps,
-                              replans=(*self.replans, (step, total_steps)),
-                              average_every=max(1, round(AVERAGE_SPAN * total_steps / self.average_last)))
+                       replans=(*self.replans, (step, total_steps)), average_every=snapshot_spacing(total_steps))
+
+    def write(self, run: RunDir) -> None:
+        """Record the plan as the run's plan.json (whole or not at all), and log it."""
+        atomic_write_text(run.plan, json.dumps(asdict(self), indent=1) + "\n")
+        log.info(self.describe())
+
+    def follow(self, trainer: Trainer, replan: "Replan") -> None:
+        """Give `trainer` this plan's config, schedule and hooks, `replan` first."""
+        trainer.cfg = self.apply(trainer.cfg)
+        trainer.schedule = self.schedule(trainer.cfg)
+        trainer.hooks = [replan, *make_hooks(trainer.cfg, replan.run)]
 
     def describe(self) -> str:
         return (f"budget plan: {self.total_steps} steps at {self.seconds_per_step:.3f} s/step, validation every "
                 f"{self.valid_every} steps ({self.validation_seconds:.1f} s each), the last {self.average_last} "
                 f"snapshots {self.average_every} steps apart averaged, in {self.budget_seconds / 60:.1f} minutes")
+
+
+def snapshot_spacing(total_steps: int) -> int:
+    """Steps between the AVERAGED snapshots, spread over the last AVERAGE_SPAN of the steps."""
+    return max(1, round(AVERAGE_SPAN * total_steps / AVERAGED))
 
 
 def make_plan(budget_seconds: float, seconds_per_step: float, validation_seconds: float, warmup_steps: int,
@@ -130,7 +145,7 @@ def make_plan(budget_seconds: float, seconds_per_step: float, validation_seconds
                         f"({seconds_per_step:.3f} s each, {validation_seconds:.1f} s per validation), fewer than "
                         f"train.warmup_steps={warmup_steps}; give at least {need:.1f} minutes or lower warmup_steps")
     return Plan(budget_seconds, seconds_per_step, validation_seconds, total, math.ceil(total / validations),
-                AVERAGED, max(1, round(AVERAGE_SPAN * total / AVERAGED)), done)
+                AVERAGED, snapshot_spacing(total), done)
 
 
 def steps_that_fit(step: int, seconds_left: float, seconds_per_step: float, validation_seconds: float,
@@ -233,13 +248,9 @@ class Calibration(Hook):
             # takes what is left, however little
             plan = make_plan(self.budget_seconds, per_step, self.validation_seconds, 0,
                              time.perf_counter() - self.started, done=step)
-            atomic_write_text(self.run.plan, json.dumps(asdict(plan), indent=1) + "\n")
-            log.info(plan.describe())
+            plan.write(self.run)
         plan = broadcast_object(plan, self.ctx.world_size)
-        trainer.cfg = plan.apply(trainer.cfg)
-        trainer.schedule = plan.schedule(trainer.cfg)
-        replan = Replan(self.run, self.ctx, plan, self.budget_seconds, self.started, trainer)
-        trainer.hooks = [replan, *make_hooks(trainer.cfg, self.run)]
+        plan.follow(trainer, Replan(self.run, self.ctx, plan, self.budget_seconds, self.started, trainer))
 
 
 class Replan(Hook):
@@ -249,8 +260,9 @@ class Replan(Hook):
     (times REPLAN_MARGIN), the time outside them the cost of a validation point, and
     steps_that_fit the rest of the budget. (The copy's validation, of an untrained model
     that decodes to the length limit, took 23-30 s where a trained model's took ~10: a
-    30-minute run re-planned on it cut its plan by 11%, and put it back at the next point.) A changed plan is written to plan.json before
-    the checkpoint of this step, and the trainer gets its config, schedule and hooks."""
+    30-minute run re-planned on it cut its plan by 11%, and put it back at the next point.)
+    A changed plan is written to plan.json before the checkpoint of this step, and the
+    trainer gets its config, schedule and hooks."""
 
     def __init__(self, run: RunDir, ctx: DistributedContext, plan: Plan, budget_seconds: float, started: float,
                  trainer: Trainer) -> None:
@@ -268,9 +280,7 @@ class Replan(Hook):
         if new is None:
             return
         self.plan = new
-        trainer.cfg = new.apply(trainer.cfg)
-        trainer.schedule = new.schedule(trainer.cfg)
-        trainer.hooks = [self, *make_hooks(trainer.cfg, self.run)]
+        new.follow(trainer, self)
 
     def _new_plan(self, step: int, train_seconds: float) -> Plan | None:
         """Rank 0's re-plan after `step`, written to plan.json and logged; None if the last step stays."""
@@ -285,8 +295,8 @@ class Replan(Hook):
                                plan.valid_every)
         if total == plan.total_steps:
             return None
+        log.info("re-planned after step %d: %.3f s/step so far, %.1f s per validation point",
+                 step, per_step / REPLAN_MARGIN, per_validation)
         new = plan.replanned(step, total)
-        atomic_write_text(self.run.plan, json.dumps(asdict(new), indent=1) + "\n")
-        log.info("re-planned after step %d (%.3f s/step so far, %.1f s per validation point): %s",
-                 step, per_step / REPLAN_MARGIN, per_validation, new.describe())
+        new.write(self.run)
         return new
