@@ -244,3 +244,32 @@ def test_a_replanned_linear_decay_goes_on_from_its_rate_to_the_new_last_step() -
     rates = [schedule.lr_at(Progress(s)) for s in range(10, 131)]
     assert all(a > b for a, b in zip(rates, rates[1:]))
     assert max(a - b for a, b in zip(rates, rates[1:])) <= peak / 91  # no drop steeper than the first plan's
+
+
+def test_fused_loss_under_no_grad_gives_the_same_loss_and_keeps_no_gradient() -> None:
+    """Validation computes the loss under no_grad: the same number, and no (N, V) gradient
+    is made for a backward that never comes."""
+    torch.manual_seed(5)
+    logits = torch.randn(20, 13, requires_grad=True)
+    target = torch.randint(1, 13, (20,))
+    criterion = LabelSmoothingLoss(13, 0, 0.1)
+    with torch.no_grad():
+        loss = criterion(logits, target)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, criterion(logits, target).detach())
+    allocated = []
+    real_empty_like = torch.empty_like
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "empty_like", lambda *a, **k: allocated.append(a[0].shape) or real_empty_like(*a, **k))
+        criterion(logits, target)
+    assert allocated == []
+
+
+def test_fused_loss_refuses_a_second_backward() -> None:
+    """Its gradient is scaled in place, so a second backward through the same graph would be
+    wrong: it is refused."""
+    logits = torch.randn(6, 5, requires_grad=True)
+    loss = LabelSmoothingLoss(5, 0, 0.1)(logits, torch.tensor([1, 2, 3, 4, 1, 2]))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward twice"):
+        loss.backward()

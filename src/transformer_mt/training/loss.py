@@ -36,19 +36,21 @@ def _accumulation_dtype(logits: torch.Tensor) -> torch.dtype:
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
-    """Summed cross entropy against the label-smoothed target, computed in blocks of rows.
+    """Summed cross entropy against the label-smoothed target, computed in blocks of rows,
+    with its gradient computed in the same pass.
 
     With q = (1 - s) onehot(y) + s / V (PyTorch's `label_smoothing` s), the loss of a row is
-        -sum_v q_v log softmax(x)_v = -(1 - s) log p_y - s mean_v(log p_v)
+        -sum_v q_v log softmax(x)_v = logsumexp(x) - (1 - s) x_y - s mean_v(x_v)
     and its gradient is softmax(x) - q. `F.cross_entropy(..., label_smoothing=s)` gives the
     same numbers, but for a (N, V) batch of bf16 logits it converts and stores fp32
     log-probabilities and makes several more full (N, V) passes in the backward: with an 8k
-    vocabulary that was about a third of a small model's training step on a CPU. Here the
-    forward computes fp32 log-probabilities in blocks of `ROWS` rows that stay in the CPU
-    cache and keeps only the logits (bf16 under autocast) and the target's log-probability;
-    the backward recomputes the softmax block by block straight into a gradient of the
-    logits' dtype, and writes the target column, where p_y - (1 - s) cancels, from the saved
-    full-precision log-probability. Rows whose target is `ignore_index` contribute nothing.
+    vocabulary that was about a third of a small model's training step on a CPU. Here each
+    block of `ROWS` rows is converted to fp32 once, stays in the CPU cache, and gives both
+    the loss and softmax(x) - q, stored in the logits' dtype; the backward only scales that
+    by the incoming gradient (the loss is a sum, so its gradient is a scalar). Computing the
+    softmax here rather than again in the backward halved the loss's time on a 2-core CPU
+    (benchmarks/train_speed.py's docstring). Rows whose target is `ignore_index` contribute
+    nothing. `with_grad` False (validation, under no_grad) skips the gradient.
 
     `never` (a tensor of column ids, or None) names outputs the model gives probability
     exactly 0 (Generator.never_emitted: an imported model's extra bos column): they are
@@ -58,39 +60,38 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, smoothing: float, ignore_index: int,
-                never: torch.Tensor | None = None):
-        keep = target != ignore_index
-        index = target.clamp(min=0)[:, None]
+                never: torch.Tensor | None = None, with_grad: bool = True):
+        keep = target != ignore_index  # (N,)
+        index = target.clamp(min=0)[:, None]  # (N, 1)
         columns = logits.size(-1) - (0 if never is None else never.numel())
-        losses, target_log_probs = [], []
+        uniform = smoothing / columns
+        losses = torch.empty(logits.size(0), dtype=_accumulation_dtype(logits), device=logits.device)
+        grad = torch.empty_like(logits) if with_grad else None
         for rows in _blocks(logits.size(0), SmoothedCrossEntropy.ROWS):
-            log_probs = torch.log_softmax(logits[rows], dim=-1, dtype=_accumulation_dtype(logits))
-            target_log_probs.append(log_probs.gather(1, index[rows]))
-            if never is None:
-                mean = log_probs.mean(dim=-1)
-            else:  # their log-probabilities (~NEVER_LOGIT) leave the sum, not subtracted from it
-                mean = log_probs.index_fill_(1, never, 0.0).sum(dim=-1) / columns
-            losses.append(-(1.0 - smoothing) * target_log_probs[-1].squeeze(1) - smoothing * mean)
-        ctx.save_for_backward(logits, index, keep, torch.cat(target_log_probs))
-        ctx.smoothing, ctx.never, ctx.columns = smoothing, never, columns
-        return torch.cat(losses).masked_fill(~keep, 0.0).sum()
+            x = logits[rows].to(losses.dtype)  # (R, V), full precision, in the cache
+            p = torch.softmax(x, dim=-1)  # (R, V)
+            # log Z = max(x) - log(max(p)): max(p) = 1 / sum(exp(x - max(x))) >= 1 / V never underflows
+            log_z = x.amax(dim=-1, keepdim=True) - p.amax(dim=-1, keepdim=True).log()  # (R, 1)
+            kept_x = x if never is None else x.index_fill(1, never, 0.0)  # ~NEVER_LOGIT leaves the sum
+            losses[rows] = (log_z - (1.0 - smoothing) * x.gather(1, index[rows])
+                            - smoothing * kept_x.sum(dim=-1, keepdim=True) / columns).squeeze(1)
+            if with_grad:
+                p.sub_(uniform).scatter_add_(1, index[rows], torch.full_like(log_z, smoothing - 1.0))  # p - q
+                if never is not None:
+                    p.index_fill_(1, never, 0.0)  # p = q = 0 there
+                grad[rows] = p
+        ignored = (~keep).nonzero()[:, 0]
+        if with_grad:
+            grad.index_fill_(0, ignored, 0.0)
+        ctx.grad = grad
+        return losses.index_fill_(0, ignored, 0.0).sum()
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
-        logits, index, keep, target_log_probs = ctx.saved_tensors
-        s, uniform = ctx.smoothing, ctx.smoothing / ctx.columns
-        weight = (grad_output * keep)[:, None].to(target_log_probs.dtype)  # (N, 1): 0 if ignored
-        grad = torch.empty_like(logits)
-        for rows in _blocks(logits.size(0), SmoothedCrossEntropy.ROWS):
-            torch.softmax(logits[rows], dim=-1, out=grad[rows])
-        grad.sub_(uniform).mul_(weight.to(grad.dtype))  # (softmax - q) * weight, off the target
-        if ctx.never is not None:
-            grad.index_fill_(1, ctx.never, 0.0)  # p = q = 0 there
-        # At the target, p_y - (1 - s) cancels: computed in full precision, not from grad.
-        at_target = (target_log_probs.exp() - (1.0 - s) - uniform) * weight
-        rows = torch.arange(grad.size(0), device=grad.device)
-        grad.index_put_((rows, index.squeeze(1)), at_target.squeeze(1).to(grad.dtype))  # not scatter_: it copies
-        return grad, None, None, None, None
+        if ctx.grad is None:
+            raise RuntimeError("SmoothedCrossEntropy: backward twice (its gradient is scaled in place)")
+        grad, ctx.grad = ctx.grad, None
+        return grad.mul_(grad_output.to(grad.dtype)), None, None, None, None, None
 
 
 def _blocks(n: int, size: int) -> list[slice]:
@@ -119,6 +120,7 @@ class LabelSmoothingLoss(torch.nn.Module):
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """logits (B, T, V), target (B, T) -> scalar summed loss."""
         never = torch.tensor(self.never, device=logits.device) if self.never else None
+        with_grad = torch.is_grad_enabled() and logits.requires_grad
         return SmoothedCrossEntropy.apply(
-            logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id, never
+            logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id, never, with_grad
         )
