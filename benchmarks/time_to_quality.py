@@ -13,7 +13,7 @@ lowercased 13a-tokenized text and chrF, and the validation BLEU that selected it
 finished run is appended to --results (a committed JSONL file, so a search can be continued
 and reproduced: config overrides, budget, steps, validation and test scores, the host's
 matmul peaks, and a fingerprint of the config trained); a run already there with the same
-preset, budget and config is not trained again. --chart draws test_2016 BLEU against training minutes per preset, with the
+preset, budget and config is not trained again unless --again (the newer record then counts). --chart draws test_2016 BLEU against training minutes per preset, with the
 2-hour recipe's published BLEU as a reference line."""
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ def train_and_score(preset: str, budget: float, overrides: list[str], args: argp
     src, tgt = LANGUAGES[preset]
     suffix = "_" + hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8] if overrides else ""
     run = args.out / f"{preset}_{budget:g}m{suffix}"
+    again = 1
+    while run.exists() and args.again:  # a new run beside the earlier ones
+        again += 1
+        run = args.out / f"{preset}_{budget:g}m{suffix}_{again}"
     cfg = load_config(preset, data_overrides(args.data, src, tgt) + [f"--train.budget_minutes={budget}"] + overrides)
     start = time.perf_counter()
     trainer = fit(cfg, run, progress=False)
@@ -173,6 +177,8 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true", help="also print the table of the presets' runs "
                         "(cased / lowercased-tokenized BLEU / chrF) for docs/benchmarks.md")
     parser.add_argument("--json", action="store_true", help="last line: this invocation's records as JSON")
+    parser.add_argument("--again", action="store_true", help="train even where the results file has this recipe "
+                        "and budget (the code changed, another seed, another host); the newer record counts")
     args = parser.parse_args()
     logging.getLogger("transformer_mt").setLevel(logging.WARNING)
     budgets = [float(b) for b in args.budgets.split(",") if b]
@@ -187,7 +193,7 @@ def main() -> int:
     for preset in args.preset or sorted(LANGUAGES):
         for budget in budgets:
             record = known.get((preset, budget, recipe(preset, args.override)))
-            if record is None:
+            if record is None or args.again:
                 record = train_and_score(preset, budget, args.override, args)
                 args.results.parent.mkdir(parents=True, exist_ok=True)
                 with open(args.results, "a", encoding="utf-8") as handle:
