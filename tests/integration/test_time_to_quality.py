@@ -36,6 +36,11 @@ def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: 
     assert results.read_text() == kept
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == [record]
     assert chart.stat().st_size > 1000
+    monkeypatch.setattr(sys, "argv", argv + ["--again"])
+    assert ttq.main() == 0  # trained again beside the first run, and recorded
+    (again,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert Path(again["run"]).name == Path(record["run"]).name + "_2" and Path(record["run"]).is_dir()
+    assert results.read_text().splitlines() == kept.splitlines() + [json.dumps(again)]
 
 
 def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
