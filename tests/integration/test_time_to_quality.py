@@ -72,3 +72,21 @@ def test_the_markdown_table_lists_the_runs_of_todays_recipe_only() -> None:
     assert len(table) == 4
     assert table[2] == "| multi30k_en_de | 60 | 59.4 | 8,123 | 39.9 | 38.8 / 39.2 / 63.0 |  |"
     assert table[3] == "| multi30k_en_de (fp32) | 60 | 59.4 | 5,309 | 39.9 | 38.8 / 39.2 / 63.0 |  |"
+
+
+def test_a_variant_that_is_the_recipe_itself_is_listed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variant that overrides a key to the preset's own value trains the preset's recipe:
+    its runs are listed once, as the recipe's, and another variant's under its label."""
+    from transformer_mt.config import load_config
+
+    ttq = load_benchmark("time_to_quality")
+    own = load_config("multi30k_en_de").model.dropout
+    monkeypatch.setattr(ttq, "VARIANTS", {"": [], " (same)": [f"--model.dropout={own}"],
+                                          " (other)": [f"--model.dropout={own + 0.1:.2f}"]})
+    scores = {"test_2016_flickr": {"bleu": 38.79, "bleu_lc_tok": 39.16, "chrf": 62.97}}
+    today = {"preset": "multi30k_en_de", "budget_minutes": 30.0, "train_minutes": 28.6, "steps": 3850,
+             "valid_bleu": 37.8, "test": scores, "recipe": ttq.recipe("multi30k_en_de", [])}
+    other = dict(today, steps=3923, recipe=ttq.recipe("multi30k_en_de", [f"--model.dropout={own + 0.1:.2f}"]))
+    assert ttq.markdown_table([other, today]).splitlines()[2:] == [
+        "| multi30k_en_de | 30 | 28.6 | 3,850 | 37.8 | 38.8 / 39.2 / 63.0 |  |",
+        "| multi30k_en_de (other) | 30 | 28.6 | 3,923 | 37.8 | 38.8 / 39.2 / 63.0 |  |"]
