@@ -104,7 +104,7 @@ def key(record: dict) -> tuple:
 
 # The variants of today's recipes that the table and the chart show besides the recipe itself:
 # issue 25 asks what the recipe reaches forced to fp32, as on a CPU without fast bf16; the
-# en->de hour drops 0.3, its half hour 0.2 (the preset's comments).
+# multi30k hours drop 0.3, their half hours 0.2 (the presets' comments).
 VARIANTS = {"": [], " (fp32)": ["--train.precision=fp32"], " (dropout 0.2)": ["--model.dropout=0.2"]}
 
 
