@@ -66,15 +66,22 @@ def test_scores(run: Path, folder: Path, src: str, tgt: str) -> dict[str, dict[s
     return scores
 
 
+def run_folder(out: Path, preset: str | Path, budget: float, overrides: list[str], again: bool) -> Path:
+    """The folder of a run of `preset` with `overrides` under `budget` minutes, named by the
+    recipe's fingerprint: a run left there is resumed only if it trains the same config (a
+    preset changed since has a new folder), and `again` puts a new run beside the earlier ones."""
+    name = f"{Path(preset).stem}_{budget:g}m_{recipe(preset, overrides)}"
+    run, n = out / name, 1
+    while run.exists() and again:
+        n += 1
+        run = out / f"{name}_{n}"
+    return run
+
+
 def train_and_score(preset: str, budget: float, overrides: list[str], args: argparse.Namespace) -> dict:
     """One run of `preset` under `budget` minutes, scored; its record for the results file."""
     src, tgt = LANGUAGES[preset]
-    suffix = "_" + hashlib.sha1(" ".join(overrides).encode()).hexdigest()[:8] if overrides else ""
-    run = args.out / f"{preset}_{budget:g}m{suffix}"
-    again = 1
-    while run.exists() and args.again:  # a new run beside the earlier ones
-        again += 1
-        run = args.out / f"{preset}_{budget:g}m{suffix}_{again}"
+    run = run_folder(args.out, preset, budget, overrides, args.again)
     cfg = load_config(preset, data_overrides(args.data, src, tgt) + [f"--train.budget_minutes={budget}"] + overrides)
     start = time.perf_counter()
     trainer = fit(cfg, run, progress=False)
