@@ -90,3 +90,24 @@ def test_a_variant_that_is_the_recipe_itself_is_listed_once(monkeypatch: pytest.
     assert ttq.markdown_table([other, today]).splitlines()[2:] == [
         "| multi30k_en_de | 30 | 28.6 | 3,850 | 37.8 | 38.8 / 39.2 / 63.0 |  |",
         "| multi30k_en_de (other) | 30 | 28.6 | 3,923 | 37.8 | 38.8 / 39.2 / 63.0 |  |"]
+
+
+def test_a_run_folder_is_named_by_what_it_trains(tmp_path: Path) -> None:
+    """A run left by an earlier version of a preset is not resumed as the preset of today
+    (it would be recorded under today's recipe); the same config spelled otherwise is the
+    same run; --again puts a new run beside it."""
+    from transformer_mt.config import load_config
+
+    ttq = load_benchmark("time_to_quality")
+    shipped = Path(ttq.__file__).resolve().parents[1] / "src" / "transformer_mt" / "configs" / "multi30k_en_de.yaml"
+    own = load_config("multi30k_en_de").model.dropout
+    earlier = tmp_path / "multi30k_en_de.yaml"
+    earlier.write_text(shipped.read_text().replace(f"dropout: {own}", f"dropout: {own - 0.1:.1f}", 1))
+    assert load_config(earlier).model.dropout == pytest.approx(own - 0.1)
+    today = ttq.run_folder(tmp_path, "multi30k_en_de", 60, [], again=False)
+    assert ttq.run_folder(tmp_path, earlier, 60, [], again=False) != today
+    assert ttq.run_folder(tmp_path, earlier, 60, [f"--model.dropout={own}"], again=False) == today
+    assert ttq.run_folder(tmp_path, "multi30k_en_de", 30, [], again=False) != today
+    today.mkdir()
+    assert ttq.run_folder(tmp_path, "multi30k_en_de", 60, [], again=False) == today
+    assert ttq.run_folder(tmp_path, "multi30k_en_de", 60, [], again=True) == tmp_path / (today.name + "_2")
