@@ -153,13 +153,13 @@ def draw_chart(records: list[dict], path: Path) -> None:
     fig = Figure(figsize=(7, 4.2), dpi=100, layout="constrained")
     ax = fig.subplots()
     markers = dict(zip(VARIANTS, "o^vDPX"))  # one marker per variant, so they differ in one colour too
-    lowest = 50.0
+    lowest, highest = 100.0, 0.0
     for index, preset in enumerate(sorted({r["preset"] for r in records})):
         for label, rows in todays_runs(records, preset).items():
             points = [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
                       if "test_2016_flickr" in r["test"]]
             if points:
-                lowest = min(lowest, *(y for _, y in points))
+                lowest, highest = min(lowest, *(y for _, y in points)), max(highest, *(y for _, y in points))
                 ax.plot(*zip(*points), marker=markers.get(label, "s"), color=f"C{index}",
                         linestyle="-" if not label else ":", label=f"{preset}{label or ' (budgeted)'}")
                 for x, y in points:
@@ -171,7 +171,8 @@ def draw_chart(records: list[dict], path: Path) -> None:
             ax.plot([minutes], [bleu], marker="s", color=f"C{index}", linestyle="none",
                     label=f"{preset}: the earlier recipe ({bleu} after {minutes} min)")
     ax.set_xlim(0, 130)
-    ax.set_ylim(max(0, 5 * math.floor((lowest - 3) / 5)), 45)  # BLEU differences of ~1 stay visible
+    top = max(45, 5 * math.ceil((highest + 3) / 5))
+    ax.set_ylim(min(max(0, 5 * math.floor((lowest - 3) / 5)), top - 15), top)  # differences of ~1 BLEU stay visible
     ax.set_xlabel("training minutes (2-core CPU)")
     ax.set_ylabel("test_2016 BLEU (cased sacreBLEU)")
     ax.set_title("BLEU against training time")
