@@ -160,7 +160,7 @@ def draw_chart(records: list[dict], path: Path) -> None:
                       if "test_2016_flickr" in r["test"]]
             if points:
                 lowest, highest = min(lowest, *(y for _, y in points)), max(highest, *(y for _, y in points))
-                ax.plot(*zip(*points), marker=markers.get(label, "s"), color=f"C{index}",
+                ax.plot(*zip(*points), marker=markers[label], color=f"C{index}",
                         linestyle="-" if not label else ":", label=f"{preset}{label or ' (budgeted)'}")
                 for x, y in points:
                     ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, -14), ha="center",
