@@ -35,6 +35,7 @@ import torch  # noqa: E402
 from _timing import matmul_peaks  # noqa: E402
 from transformer_mt.config import load_config  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
+from transformer_mt.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
 from transformer_mt.runs import read_events  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
@@ -197,6 +198,7 @@ def main() -> int:
     parser.add_argument("--again", action="store_true", help="train even where the results file has this recipe "
                         "and budget (the code changed, another seed, another host); the newer record counts")
     args = parser.parse_args()
+    reuse_freed_memory()  # what `transformer-mt train` sets, before the peaks below make oneDNN's first primitive
     logging.getLogger("transformer_mt").setLevel(logging.WARNING)
     budgets = [float(b) for b in args.budgets.split(",") if b]
     known = {}

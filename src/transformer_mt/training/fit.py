@@ -20,6 +20,7 @@ from transformer_mt.data.corpus_files import corpus_paths
 from transformer_mt.data.text_stream import load_or_train_text_tokenizer, text_paths
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
+from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
@@ -115,7 +116,10 @@ def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) 
 
 def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:
     """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints.
-    Returns the Trainer (its `cfg`, `model` and `state`) after training."""
+    Returns the Trainer (its `cfg`, `model` and `state`) after training. Sets the memory
+    settings the train command sets (device.reuse_freed_memory): without them, a Multi30k
+    step called from Python took 7% longer over 150 steps."""
+    reuse_freed_memory()
     run = RunDir(Path(run_dir))
     cfg = resolve_run_config(cfg, run)
     new_run = not run.config.is_file()
