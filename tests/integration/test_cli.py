@@ -96,6 +96,19 @@ def test_only_batch_commands_set_the_training_allocator(tiny_run: Path, tmp_path
     assert calls == ["set"]
 
 
+def test_fit_from_python_sets_the_training_allocator_as_the_train_command_does(tmp_path: Path, monkeypatch) -> None:
+    """`fit()` called from Python (a notebook, benchmarks/time_to_quality.py) trains with the
+    memory settings of `transformer-mt train`: time_to_quality's runs once trained without."""
+    import transformer_mt.training.fit as fit_module
+    from conftest import tiny_config
+
+    calls: list[str] = []
+    monkeypatch.setattr(fit_module, "reuse_freed_memory", lambda: calls.append("set"))
+    fit_module.fit(tiny_config(train__max_steps=1, train__valid_every=1, data__task_size=50), tmp_path / "run",
+                   progress=False)
+    assert calls == ["set"]
+
+
 def test_average_of_more_checkpoints_than_the_run_keeps_says_so(tmp_path: Path) -> None:
     """`average --last 20` on a run that keeps 2 averages those 2 and says so in one warning line."""
     from transformer_mt.training import fit
