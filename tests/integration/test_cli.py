@@ -99,8 +99,11 @@ def test_only_batch_commands_set_the_training_allocator(tiny_run: Path, tmp_path
 def test_fit_from_python_sets_the_training_allocator_as_the_train_command_does(tmp_path: Path, monkeypatch) -> None:
     """`fit()` called from Python (a notebook, benchmarks/time_to_quality.py) trains with the
     memory settings of `transformer-mt train`: time_to_quality's runs once trained without."""
-    import transformer_mt.training.fit as fit_module
+    import importlib
+
     from conftest import tiny_config
+
+    fit_module = importlib.import_module("transformer_mt.training.fit")  # the package's `fit` is the function
 
     calls: list[str] = []
     monkeypatch.setattr(fit_module, "reuse_freed_memory", lambda: calls.append("set"))
