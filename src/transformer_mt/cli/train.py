@@ -83,7 +83,6 @@ def split_overrides(items: list[str]) -> list[str]:
 def run_train(args: argparse.Namespace) -> int:
     from transformer_mt.training import fit
 
-    reuse_freed_memory()
     overrides = split_overrides(args.overrides) + ([f"--train.init_from={args.init_from}"] if args.init_from else [])
     if args.init_from and not args.config:
         raise UserError("--init-from starts a new run: give a config too (e.g. the config.yaml of the run it starts from)")
@@ -125,9 +124,7 @@ def run_average(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from transformer_mt.demo import run_demo as demo
-
-    from transformer_mt.demo import run_lm_demo
+    from transformer_mt.demo import run_demo as demo, run_lm_demo
 
     reuse_freed_memory()
     preset, default_out, run = ("lm_demo", "runs/lm_demo", run_lm_demo) if args.lm else ("demo", "runs/demo", demo)
