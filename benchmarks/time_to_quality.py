@@ -146,6 +146,18 @@ def markdown_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def label_place(x: float, y: float, points: list[tuple[float, float]]) -> tuple[tuple[int, int], str]:
+    """Where a point's number goes (offset in points, alignment) so that runs of one budget
+    that end within a BLEU of each other stay readable: above the highest of the points within
+    3 minutes of it, below the lowest, to the left of any between."""
+    ys = [b for a, b in points if abs(a - x) < 3]
+    if y >= max(ys):
+        return (0, 6), "center"
+    if y <= min(ys):
+        return (0, -14), "center"
+    return (-7, -3), "right"
+
+
 def draw_chart(records: list[dict], path: Path) -> None:
     """test_2016 BLEU against training minutes of each preset as it is today (the runs of its
     recipe, and of its VARIANTS dotted), one line per preset, the 2-hour recipe dashed."""
@@ -156,16 +168,17 @@ def draw_chart(records: list[dict], path: Path) -> None:
     markers = dict(zip(VARIANTS, "o^vDPX"))  # one marker per variant, so they differ in one colour too
     lowest, highest = 100.0, 0.0
     for index, preset in enumerate(sorted({r["preset"] for r in records})):
-        for label, rows in todays_runs(records, preset).items():
-            points = [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
-                      if "test_2016_flickr" in r["test"]]
+        series = {label: [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
+                          if "test_2016_flickr" in r["test"]]
+                  for label, rows in todays_runs(records, preset).items()}
+        for label, points in series.items():
             if points:
                 lowest, highest = min(lowest, *(y for _, y in points)), max(highest, *(y for _, y in points))
                 ax.plot(*zip(*points), marker=markers[label], color=f"C{index}",
                         linestyle="-" if not label else ":", label=f"{preset}{label or ' (budgeted)'}")
                 for x, y in points:
-                    ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, -14), ha="center",
-                                fontsize=8)
+                    offset, align = label_place(x, y, [p for other in series.values() for p in other])
+                    ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=offset, ha=align, fontsize=8)
         if preset in TWO_HOUR_RECIPE:
             minutes, bleu = TWO_HOUR_RECIPE[preset]
             ax.axhline(bleu, color=f"C{index}", linestyle="--", linewidth=1)

@@ -74,6 +74,17 @@ def test_the_markdown_table_lists_the_runs_of_todays_recipe_only() -> None:
     assert table[3] == "| multi30k_en_de (fp32) | 60 | 59.4 | 5,309 | 39.9 | 38.8 / 39.2 / 63.0 |  |"
 
 
+def test_the_charts_numbers_go_where_runs_of_one_budget_do_not_cover_them() -> None:
+    """Three runs of one budget within a BLEU: the highest's number above, the lowest's below,
+    the middle one's to its left; a run alone at its budget gets its number above."""
+    ttq = load_benchmark("time_to_quality")
+    hour = [(58.9, 39.1), (58.7, 38.7), (58.5, 38.5), (28.4, 38.6)]
+    above, below = ttq.label_place(58.9, 39.1, hour), ttq.label_place(58.5, 38.5, hour)
+    left = ttq.label_place(58.7, 38.7, hour)
+    assert above[0][1] > 0 and below[0][1] < 0 and left[0][0] < 0 and left[1] == "right"
+    assert ttq.label_place(28.4, 38.6, hour) == above
+
+
 def test_a_variant_that_is_the_recipe_itself_is_listed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A variant that overrides a key to the preset's own value trains the preset's recipe:
     its runs are listed once, as the recipe's, and another variant's under its label."""
