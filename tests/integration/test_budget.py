@@ -84,7 +84,8 @@ def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(
     assert last.name == f"step_{plan.total_steps}.pt"
     lrs = [e["lr"] for e in map(json.loads, (straight / "metrics.jsonl").read_text().splitlines())
            if e["event"] == "train"]
-    assert lrs[-1] < 0.05 * max(lrs)  # annealed by the end
+    last_lr = load_checkpoint(last)["optimizer"]["param_groups"][0]["lr"]  # the rate of the last step
+    assert last_lr < 0.05 * max(lrs)  # annealed by the end (the last logged step may come well before it)
     assert (straight / "average.safetensors").is_file()
 
     stopped = tmp_path / "stopped"
