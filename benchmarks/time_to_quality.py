@@ -171,13 +171,14 @@ def draw_chart(records: list[dict], path: Path) -> None:
         series = {label: [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
                           if "test_2016_flickr" in r["test"]]
                   for label, rows in todays_runs(records, preset).items()}
+        every_point = [point for points in series.values() for point in points]
         for label, points in series.items():
             if points:
                 lowest, highest = min(lowest, *(y for _, y in points)), max(highest, *(y for _, y in points))
                 ax.plot(*zip(*points), marker=markers[label], color=f"C{index}",
                         linestyle="-" if not label else ":", label=f"{preset}{label or ' (budgeted)'}")
                 for x, y in points:
-                    offset, align = label_place(x, y, [p for other in series.values() for p in other])
+                    offset, align = label_place(x, y, every_point)
                     ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=offset, ha=align, fontsize=8)
         if preset in TWO_HOUR_RECIPE:
             minutes, bleu = TWO_HOUR_RECIPE[preset]

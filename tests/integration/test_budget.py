@@ -84,7 +84,8 @@ def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(
     assert last.name == f"step_{plan.total_steps}.pt"
     lrs = [e["lr"] for e in map(json.loads, (straight / "metrics.jsonl").read_text().splitlines())
            if e["event"] == "train"]
-    last_lr = load_checkpoint(last)["optimizer"]["param_groups"][0]["lr"]  # the rate of the last step
+    final = load_checkpoint(last)
+    last_lr = final["optimizer"]["param_groups"][0]["lr"]  # the rate of the last step
     assert last_lr < 0.05 * max(lrs)  # annealed by the end (the last logged step may come well before it)
     assert (straight / "average.safetensors").is_file()
 
@@ -98,7 +99,7 @@ def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(
     (stopped / "average.safetensors").unlink()
     fit(None, stopped, progress=False)
     assert json.loads((stopped / "plan.json").read_text()) == json.loads((straight / "plan.json").read_text())
-    a, b = load_checkpoint(last)["model"], load_checkpoint(stopped / "checkpoints" / last.name)["model"]
+    a, b = final["model"], load_checkpoint(stopped / "checkpoints" / last.name)["model"]
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 
