@@ -14,12 +14,22 @@ finished run is appended to --results (a committed JSONL file, so a search can b
 and reproduced: config overrides, budget, steps, validation and test scores, the host's
 matmul peaks, and a fingerprint of the config trained); a run already there with the same
 preset, budget and config is not trained again unless --again (the newer record then counts). --chart draws test_2016 BLEU against training minutes per preset, with the
-2-hour recipe's published BLEU as a reference line."""
+2-hour recipe's published BLEU as a reference line.
+
+--ema 0.998,0.999 answers the issue's other question, checkpoint averaging or an
+exponential moving average of the weights (Polyak averaging): the run also keeps an EMA of
+its weights for each decay (updated after every step from the end of the calibration on),
+validates each at the end as the average is validated, and records their validation BLEU
+beside the average's and the best checkpoint's; where an EMA wins on validation its test
+scores are recorded too. It measures only: the run's default model stays the average or the
+best checkpoint."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
+import importlib
 import json
 import logging
 import math
@@ -38,7 +48,9 @@ from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
 from transformer_mt.runs import read_events  # noqa: E402
-from transformer_mt.training import fit  # noqa: E402
+from transformer_mt.runs import load_weights, save_weights  # noqa: E402
+from transformer_mt.training import budget as budget_module, fit  # noqa: E402
+from transformer_mt.training.hooks import Hook, make_hooks  # noqa: E402
 from transformer_mt.translator import Translator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -56,9 +68,12 @@ def data_overrides(folder: Path, src: str, tgt: str) -> list[str]:
             for split, name in files.items() for side, lang in (("src", src), ("tgt", tgt))]
 
 
-def test_scores(run: Path, folder: Path, src: str, tgt: str) -> dict[str, dict[str, float]]:
-    """Cased BLEU, lowercased-tokenized BLEU and chrF of the run's default model on each test set there is."""
+def test_scores(run: Path, folder: Path, src: str, tgt: str, weights: Path | None = None) -> dict[str, dict[str, float]]:
+    """Cased BLEU, lowercased-tokenized BLEU and chrF of the run's default model (or of
+    `weights`) on each test set there is."""
     translator = Translator.from_run(run)
+    if weights is not None:
+        load_weights(translator.model, weights)
     scores = {}
     for name in TEST_SETS:
         if (folder / f"{name}.{src}.gz").is_file() and (folder / f"{name}.{tgt}.gz").is_file():
@@ -66,6 +81,52 @@ def test_scores(run: Path, folder: Path, src: str, tgt: str) -> dict[str, dict[s
             result = score(translator.translate(test.src), test.tgt, lowercase_tokenized=True)
             scores[name] = {"bleu": result.bleu, "bleu_lc_tok": result.bleu_lc_tok, "chrf": result.chrf}
     return scores
+
+
+class WeightEMA(Hook):
+    """Exponential moving averages of the weights, one per decay: after each step
+    ema <- decay * ema + (1 - decay) * weights (an average over the last ~1 / (1 - decay)
+    steps, newest weighted most). At the end each is validated like the average and logged
+    as an "ema" event; the winner on validation, if any beats the run's choice, is saved
+    to ema.safetensors. Measurement only (rank 0 of a one-process run)."""
+
+    def __init__(self, decays: list[float]) -> None:
+        self.decays = decays
+        self.averages: dict[float, list[torch.Tensor]] | None = None
+
+    def after_step(self, trainer) -> None:
+        weights = [p.detach() for p in trainer.model.parameters()]
+        if self.averages is None:
+            self.averages = {decay: [w.clone() for w in weights] for decay in self.decays}
+            return
+        for decay, average in self.averages.items():
+            torch._foreach_lerp_(average, weights, 1.0 - decay)
+
+    def at_end(self, trainer) -> None:
+        best = None
+        for decay, average in (self.averages or {}).items():
+            model = copy.deepcopy(trainer.model)
+            with torch.no_grad():
+                torch._foreach_copy_(list(model.parameters()), average)
+            result = trainer.task.validate(model, trainer.device, trainer.precision)
+            trainer.log({"event": "ema", "decay": decay, "step": trainer.state.step, **result})
+            if best is None or result["bleu"] > best[0]:
+                best = (result["bleu"], model)
+        if best is not None and trainer.state.best is not None and best[0] > trainer.state.best:
+            save_weights(best[1], trainer.run.root / "ema.safetensors")
+
+
+fit_module = importlib.import_module("transformer_mt.training.fit")  # the module (the package exports the function)
+
+
+def with_ema(decays: list[float]):
+    """make_hooks plus one WeightEMA (the same one when the budget re-makes the hooks after
+    its calibration, so the averages live on)."""
+    ema = WeightEMA(decays)
+
+    def hooks(cfg, run):
+        return [*make_hooks(cfg, run), ema]
+    return hooks
 
 
 def run_folder(out: Path, preset: str | Path, budget: float, overrides: list[str], again: bool) -> Path:
@@ -86,10 +147,23 @@ def train_and_score(preset: str, budget: float, overrides: list[str], args: argp
     run = run_folder(args.out, preset, budget, overrides, args.again)
     cfg = load_config(preset, data_overrides(args.data, src, tgt) + [f"--train.budget_minutes={budget}"] + overrides)
     start = time.perf_counter()
-    trainer = fit(cfg, run, progress=False)
-    valid = [e for e in read_events(run / "metrics.jsonl") if e.get("event") in ("valid", "average")]
+    if args.ema:
+        fit_module.make_hooks = budget_module.make_hooks = with_ema([float(d) for d in args.ema.split(",")])
+    try:
+        trainer = fit(cfg, run, progress=False)
+    finally:
+        fit_module.make_hooks = budget_module.make_hooks = make_hooks
+    events = read_events(run / "metrics.jsonl")
+    valid = [e for e in events if e.get("event") in ("valid", "average")]
     chosen = max((e.get("bleu", 0.0) for e in valid), default=None)
-    return {"preset": preset, "budget_minutes": budget, "overrides": overrides, "steps": trainer.state.step,
+    extra = {}
+    if args.ema:
+        average = [e["bleu"] for e in events if e.get("event") == "average"]
+        extra["ema_valid_bleu"] = {str(e["decay"]): e["bleu"] for e in events if e.get("event") == "ema"}
+        extra["average_valid_bleu"] = average[-1] if average else None
+        if (run / "ema.safetensors").is_file():
+            extra["ema_test"] = test_scores(run, args.data, src, tgt, weights=run / "ema.safetensors")
+    return {**extra, "preset": preset, "budget_minutes": budget, "overrides": overrides, "steps": trainer.state.step,
             "train_minutes": trainer.state.train_seconds / 60, "wall_minutes": (time.perf_counter() - start) / 60,
             "valid_bleu": chosen, "test": test_scores(run, args.data, src, tgt), "run": str(run),
             "recipe": recipe(preset, overrides), "date": date.today().isoformat(), "peaks_gflops": args.peaks,
@@ -208,6 +282,8 @@ def main() -> int:
     parser.add_argument("--chart", type=Path, help="draw test_2016 BLEU against minutes to this PNG")
     parser.add_argument("--markdown", action="store_true", help="also print the table of the presets' runs "
                         "(cased / lowercased-tokenized BLEU / chrF) for docs/benchmarks.md")
+    parser.add_argument("--ema", default="", help="comma-separated decays: also keep, validate and record "
+                        "exponential moving averages of the weights (measurement only; e.g. 0.998,0.999)")
     parser.add_argument("--json", action="store_true", help="last line: this invocation's records as JSON")
     parser.add_argument("--again", action="store_true", help="train even where the results file has this recipe "
                         "and budget (the code changed, another seed, another host); the newer record counts")

@@ -122,3 +122,40 @@ def test_a_run_folder_is_named_by_what_it_trains(tmp_path: Path) -> None:
     today.mkdir()
     assert ttq.run_folder(tmp_path, "multi30k_en_de", 60, [], again=False) == today
     assert ttq.run_folder(tmp_path, "multi30k_en_de", 60, [], again=True) == tmp_path / (today.name + "_2")
+
+
+def test_an_ema_is_the_running_mean_its_decay_defines() -> None:
+    """WeightEMA after each step: ema <- d * ema + (1 - d) * w, from the weights of its first
+    step on; checked against the sum it unrolls to, e_n = d^n w_0 + sum_k (1 - d) d^(n-k) w_k."""
+    import torch
+    ttq = load_benchmark("time_to_quality")
+    model = torch.nn.Linear(2, 1)
+    trainer = type("FakeTrainer", (), {"model": model})()
+    ema = ttq.WeightEMA([0.5, 0.9])
+    seen = []
+    for step in range(6):
+        with torch.no_grad():
+            model.weight.fill_(float(step * step))
+        seen.append(float(step * step))
+        ema.after_step(trainer)
+    for decay in (0.5, 0.9):
+        n = len(seen) - 1
+        expected = decay ** n * seen[0] + sum((1 - decay) * decay ** (n - k) * seen[k] for k in range(1, n + 1))
+        assert ema.averages[decay][0].flatten().tolist() == pytest.approx([expected] * 2, rel=1e-6)
+
+
+def test_ema_decays_are_validated_and_recorded_beside_the_average(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys) -> None:
+    ttq = load_benchmark("time_to_quality")
+    write_multi30k(tmp_path / "data", ("en", "de"), lines=40, splits=("train", "val", "test_2016_flickr"), seed=1)
+    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.1", "--data", str(tmp_path / "data"),
+            "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results.jsonl"), "--json",
+            "--ema", "0.5,0.9", *SMALL]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert ttq.main() == 0
+    (record,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(record["ema_valid_bleu"]) == {"0.5", "0.9"}
+    assert all(0 <= bleu <= 100 for bleu in record["ema_valid_bleu"].values())
+    events = [json.loads(line) for line in (Path(record["run"]) / "metrics.jsonl").read_text().splitlines()]
+    assert [e["decay"] for e in events if e["event"] == "ema"] == [0.5, 0.9]
+    assert ttq.fit_module.make_hooks is ttq.make_hooks  # the measurement leaves the library as it was
