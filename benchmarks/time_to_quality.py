@@ -17,7 +17,7 @@ preset, budget and config is not trained again unless --again (the newer record 
 2-hour recipe's published BLEU as a reference line.
 
 --ema 0.998,0.999 answers the issue's other question, checkpoint averaging or an
-exponential moving average of the weights (Polyak averaging): the run also keeps an EMA of
+exponential moving average of the weights (EMA): the run also keeps an EMA of
 its weights for each decay (updated after every step from the end of the calibration on),
 validates each at the end as the average is validated, and records their validation BLEU
 beside the average's and the best checkpoint's; where an EMA wins on validation its test
@@ -87,8 +87,8 @@ class WeightEMA(Hook):
     """Exponential moving averages of the weights, one per decay: after each step
     ema <- decay * ema + (1 - decay) * weights (an average over the last ~1 / (1 - decay)
     steps, newest weighted most). At the end each is validated like the average and logged
-    as an "ema" event; the winner on validation, if any beats the run's choice, is saved
-    to ema.safetensors. Measurement only (rank 0 of a one-process run)."""
+    as an "ema" event; the best of them on the task's selection metric, if it beats the
+    run's choice, is saved to ema.safetensors. Measurement only (a one-process run)."""
 
     def __init__(self, decays: list[float]) -> None:
         self.decays = decays
@@ -103,16 +103,16 @@ class WeightEMA(Hook):
             torch._foreach_lerp_(average, weights, 1.0 - decay)
 
     def at_end(self, trainer) -> None:
-        best = None
+        selection, best = trainer.task.selection, None
         for decay, average in (self.averages or {}).items():
             model = copy.deepcopy(trainer.model)
             with torch.no_grad():
                 torch._foreach_copy_(list(model.parameters()), average)
             result = trainer.task.validate(model, trainer.device, trainer.precision)
             trainer.log({"event": "ema", "decay": decay, "step": trainer.state.step, **result})
-            if best is None or result["bleu"] > best[0]:
-                best = (result["bleu"], model)
-        if best is not None and trainer.state.best is not None and best[0] > trainer.state.best:
+            if best is None or selection.better(result[selection.metric], best[0]):
+                best = (result[selection.metric], model)
+        if best is not None and trainer.state.best is not None and selection.better(best[0], trainer.state.best):
             save_weights(best[1], trainer.run.root / "ema.safetensors")
 
 
