@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
-import importlib
 import json
 import logging
 import math
@@ -49,8 +48,8 @@ from transformer_mt.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
 from transformer_mt.runs import read_events  # noqa: E402
 from transformer_mt.runs import load_weights, save_weights  # noqa: E402
-from transformer_mt.training import budget as budget_module, fit  # noqa: E402
-from transformer_mt.training.hooks import Hook, make_hooks  # noqa: E402
+from transformer_mt.training import fit  # noqa: E402
+from transformer_mt.training.hooks import Hook  # noqa: E402
 from transformer_mt.translator import Translator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -116,19 +115,6 @@ class WeightEMA(Hook):
             save_weights(best[1], trainer.run.root / "ema.safetensors")
 
 
-fit_module = importlib.import_module("transformer_mt.training.fit")  # the module (the package exports the function)
-
-
-def with_ema(decays: list[float]):
-    """make_hooks plus one WeightEMA (the same one when the budget re-makes the hooks after
-    its calibration, so the averages live on)."""
-    ema = WeightEMA(decays)
-
-    def hooks(cfg, run):
-        return [*make_hooks(cfg, run), ema]
-    return hooks
-
-
 def run_folder(out: Path, preset: str | Path, budget: float, overrides: list[str], again: bool) -> Path:
     """The folder of a run of `preset` with `overrides` under `budget` minutes, named by the
     recipe's fingerprint: a run left there is resumed only if it trains the same config (a
@@ -147,12 +133,8 @@ def train_and_score(preset: str, budget: float, overrides: list[str], args: argp
     run = run_folder(args.out, preset, budget, overrides, args.again)
     cfg = load_config(preset, data_overrides(args.data, src, tgt) + [f"--train.budget_minutes={budget}"] + overrides)
     start = time.perf_counter()
-    if args.ema:
-        fit_module.make_hooks = budget_module.make_hooks = with_ema([float(d) for d in args.ema.split(",")])
-    try:
-        trainer = fit(cfg, run, progress=False)
-    finally:
-        fit_module.make_hooks = budget_module.make_hooks = make_hooks
+    ema = [WeightEMA([float(d) for d in args.ema.split(",")])] if args.ema else []
+    trainer = fit(cfg, run, progress=False, extra_hooks=ema)
     events = read_events(run / "metrics.jsonl")
     valid = [e for e in events if e.get("event") in ("valid", "average")]
     chosen = max((e.get("bleu", 0.0) for e in valid), default=None)
