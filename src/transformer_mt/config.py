@@ -76,6 +76,7 @@ class ModelConfig:
     """Sizes of the Transformer (paper Table 3 names)."""
 
     n_layers: int = 6
+    decoder_layers: int = 0
     d_model: int = 512
     d_ff: int = 2048
     n_heads: int = 8
@@ -97,6 +98,7 @@ class ModelConfig:
     def validate(self) -> None:
         _require(self.arch in ARCHS, "model.arch", f"must be one of {', '.join(ARCHS)}")
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
+        _require(self.decoder_layers >= 0, "model.decoder_layers", "must be >= 0 (0 = model.n_layers)")
         _require(self.d_model >= 1, "model.d_model", "must be positive")
         _require(self.d_ff >= 1, "model.d_ff", "must be positive")
         _require(self.n_heads >= 1, "model.n_heads", "must be at least 1")
@@ -117,6 +119,12 @@ class ModelConfig:
         _require(self.positional_layout in POSITIONAL_LAYOUTS, "model.positional_layout",
                  f"must be one of {', '.join(POSITIONAL_LAYOUTS)}")
         _require(self.positional in POSITIONALS, "model.positional", f"must be one of {', '.join(POSITIONALS)}")
+
+    @property
+    def n_decoder_layers(self) -> int:
+        """Layers in the decoder: decoder_layers, or n_layers (the paper's N for both stacks)
+        when it is 0."""
+        return self.decoder_layers or self.n_layers
 
     @property
     def attention_p(self) -> float:
@@ -186,6 +194,7 @@ class TrainConfig:
     warmup_steps: int = 4000
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
+    weight_decay: float = 0.0
     label_smoothing: float = 0.1
     max_steps: int = 100000
     max_seconds: float = 0.0
@@ -213,6 +222,7 @@ class TrainConfig:
         _require(self.warmup_steps >= 1, "train.warmup_steps", "must be at least 1")
         _require(all(0 <= b < 1 for b in self.adam_betas), "train.adam_betas", "both must be in [0, 1)")
         _require(self.adam_eps > 0, "train.adam_eps", "must be positive")
+        _require(0.0 <= self.weight_decay < 1.0, "train.weight_decay", "must be in [0, 1) (0 = Adam, no decay)")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing", "must be in [0, 1)")
         _require(self.max_steps >= 1, "train.max_steps", "must be at least 1")
         _require(self.max_seconds >= 0, "train.max_seconds", "must be >= 0 (0 = no time limit)")

@@ -121,7 +121,7 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
     generator = Generator(cfg.d_model, tgt_vocab)
     model = EncoderDecoder(
         Encoder(layer_args, cfg.n_layers, cfg.norm_first),
-        Decoder(layer_args, cfg.n_layers, cfg.norm_first),
+        Decoder(layer_args, cfg.n_decoder_layers, cfg.norm_first),
         src_embed,
         tgt_embed,
         generator,

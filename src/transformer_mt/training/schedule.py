@@ -109,14 +109,23 @@ def make_schedule(cfg: TrainConfig, d_model: int) -> Schedule:
     return PaperSchedule(d_model, cfg.warmup_steps, cfg.lr_scale)
 
 
-def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Adam:
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     """Adam(beta1=0.9, beta2=0.98, eps=1e-9 in the paper); the schedule sets the lr of every step.
+    With train.weight_decay > 0 it is AdamW (Loshchilov and Hutter, 2019): every matrix shrinks by
+    lr * weight_decay each step, apart from the gradient's update; biases and LayerNorm gains
+    (the 1-dimensional parameters) do not decay.
 
     PyTorch's fused implementation updates every parameter in one kernel: on a 2-core CPU it
     took 7 ms per step for the `small` preset's 7.6M parameters where the default per-tensor
     loop took 27 ms (one thread), the same update within floating-point rounding
     (tests/integration/test_loss_curve.py)."""
-    return torch.optim.Adam(params, lr=1.0, betas=cfg.adam_betas, eps=cfg.adam_eps, fused=True)
+    options = {"lr": 1.0, "betas": cfg.adam_betas, "eps": cfg.adam_eps, "fused": True}
+    if cfg.weight_decay == 0:
+        return torch.optim.Adam(params, **options)
+    params = list(params)
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], **options)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
