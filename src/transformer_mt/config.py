@@ -99,6 +99,8 @@ class ModelConfig:
         _require(self.arch in ARCHS, "model.arch", f"must be one of {', '.join(ARCHS)}")
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
         _require(self.decoder_layers >= 0, "model.decoder_layers", "must be >= 0 (0 = model.n_layers)")
+        _require(self.decoder_layers == 0 or self.arch == "encoder_decoder", "model.decoder_layers",
+                 "sizes a translator's decoder only; a decoder_only model has model.n_layers layers (set 0)")
         _require(self.d_model >= 1, "model.d_model", "must be positive")
         _require(self.d_ff >= 1, "model.d_ff", "must be positive")
         _require(self.n_heads >= 1, "model.n_heads", "must be at least 1")

@@ -48,7 +48,12 @@ class AttentionMaps:
 
     @property
     def n_layers(self) -> int:
+        """The encoder's layers (the decoder may have fewer: model.decoder_layers)."""
         return self.encoder.size(0)
+
+    def layers(self, kind: str) -> int:
+        """The layers of `kind`: the encoder's for encoder, the decoder's for decoder and cross."""
+        return self.weights(kind).size(0)
 
     @property
     def n_heads(self) -> int:
@@ -69,11 +74,11 @@ class AttentionMaps:
         return self.target, self.source, "producing target subword", "source subword"
 
     def check_layer_head(self, layer: int, head: int, first: int = 1,
-                         names: tuple[str, str] = ("--layer", "--head")) -> None:
-        """UserError unless layer and head name one of this model's, counted from `first`:
-        1 for the command line's --layer and --head, 0 for the Python and web APIs' `layer`
-        and `head`. The message names the option or field (`names`) and its range."""
-        check_layer_head(layer, head, self.n_layers, self.n_heads, first, names)
+                         names: tuple[str, str] = ("--layer", "--head"), kind: str = "encoder") -> None:
+        """UserError unless layer and head name one of this model's attention of `kind`, counted
+        from `first`: 1 for the command line's --layer and --head, 0 for the Python and web APIs'
+        `layer` and `head`. The message names the option or field (`names`) and its range."""
+        check_layer_head(layer, head, self.layers(kind), self.n_heads, first, names)
 
 
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int, first: int = 0,
@@ -137,7 +142,7 @@ def explain(translator: Translator, sentence: str, hypothesis: Hypothesis, kind:
     q.k_j for every key j, divided by sqrt(d_k), the mask, and the softmax of the row
     (which equals the weights `attention` shows). layer, head, query count from 0."""
     with _forced_pass(translator, sentence, hypothesis, None) as (maps, recorded):
-        maps.check_layer_head(layer, head, first=0, names=("layer", "head"))
+        maps.check_layer_head(layer, head, first=0, names=("layer", "head"), kind=kind)
         model = translator.model
         stack = model.encoder.layers if kind == "encoder" else model.decoder.layers
         module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn

@@ -44,13 +44,14 @@ SOURCES = [
 ]
 TARGETS = ["w4 w3", "w1 w1 w1 w1 w1", "w9", "", "w2 w4 w1 w0 w9 w9 w7 w3 w5 w6 w0", "w5 ç w1", "w8 w0"]
 
-# name: (model.norm_first, model.tie_embeddings, model.share_vocab, model.positional)
+# name: (model.norm_first, model.tie_embeddings, model.share_vocab, model.positional, model.decoder_layers)
 VARIANTS = {
-    "pre-norm, tied, shared": (True, True, True, "sinusoidal"),
-    "post-norm, untied, own source embeddings": (False, False, False, "sinusoidal"),
-    "pre-norm, untied, shared": (True, False, True, "sinusoidal"),
-    "post-norm, tied, own source embeddings": (False, True, False, "sinusoidal"),
-    "post-norm, tied, shared, learned positions": (False, True, True, "learned"),
+    "pre-norm, tied, shared": (True, True, True, "sinusoidal", 0),
+    "post-norm, untied, own source embeddings": (False, False, False, "sinusoidal", 0),
+    "pre-norm, untied, shared": (True, False, True, "sinusoidal", 0),
+    "post-norm, tied, own source embeddings": (False, True, False, "sinusoidal", 0),
+    "post-norm, tied, shared, learned positions": (False, True, True, "learned", 0),
+    "pre-norm, tied, shared, a one-layer decoder": (True, True, True, "sinusoidal", 1),
 }
 
 
@@ -65,12 +66,14 @@ class Exported:
         return [self.ours.tokenizer.pieces(line) for line in lines]
 
 
-def make_run(run: Path, norm_first: bool, tie: bool, share: bool, positional: str, seed: int) -> Path:
+def make_run(run: Path, norm_first: bool, tie: bool, share: bool, positional: str, decoder_layers: int,
+             seed: int) -> Path:
     """A copy-task run trained for TRAIN_STEPS steps whose best.safetensors holds the
     trained weights with noise added to every parameter."""
     flag = {True: "true", False: "false"}
     fit(tiny_config(model__norm_first=flag[norm_first], model__tie_embeddings=flag[tie],
-                    model__share_vocab=flag[share], model__positional=positional, model__max_positions=MAX_POSITIONS,
+                    model__share_vocab=flag[share], model__positional=positional, model__decoder_layers=decoder_layers,
+                    model__max_positions=MAX_POSITIONS,
                     data__max_len=MAX_POSITIONS - 4, data__task_size=1000, train__max_steps=TRAIN_STEPS,
                     train__valid_every=TRAIN_STEPS, train__warmup_steps=50, train__lr_scale=0.5,
                     decode__max_len_b=200),  # every output limit is then the table's: max_positions - 1
@@ -87,9 +90,9 @@ def make_run(run: Path, norm_first: bool, tie: bool, share: bool, positional: st
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Exported]:
     found = {}
-    for seed, (name, (norm_first, tie, share, positional)) in enumerate(VARIANTS.items(), start=1):
+    for seed, (name, variant) in enumerate(VARIANTS.items(), start=1):
         root = tmp_path_factory.mktemp(f"variant{seed}")
-        run = make_run(root / "run", norm_first, tie, share, positional, seed)
+        run = make_run(root / "run", *variant, seed)
         out = export_ctranslate2(run, root / "ct2")
         theirs = ctranslate2.Translator(str(out), device="cpu", compute_type="float32", intra_threads=2)
         found[name] = Exported(run, out, Translator.from_run(run, device="cpu"), theirs)

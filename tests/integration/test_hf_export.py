@@ -125,6 +125,21 @@ def test_texts_equal_translate(exports, name: str) -> None:
     assert generation["bad_words_ids"] == [[PAD_ID], [BOS_ID]] and generation["decoder_start_token_id"] == BOS_ID
 
 
+def test_a_decoder_shallower_than_the_encoder_exports(tmp_path: Path) -> None:
+    """model.decoder_layers 1 under 3 encoder layers: config.json says 3 and 1, and
+    transformers' greedy search on the export gives ours token for token."""
+    from transformer_mt.training import fit
+
+    run = tmp_path / "run"
+    fit(tiny_config(model__n_layers=3, model__decoder_layers=1, train__max_steps=150, train__valid_every=150,
+                    train__warmup_steps=50, train__lr_scale=0.5, data__task_size=1000), run, progress=False)
+    assert main(["-q", "export", "hf", str(run), "--out", str(tmp_path / "hf")]) == 0
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (config["encoder_layers"], config["decoder_layers"]) == (3, 1)
+    ours, theirs = our_search(run, LINES, beam=1), generate(tmp_path / "hf", LINES, num_beams=1)
+    assert [(ids, done) for ids, done, _ in ours] == [(ids, done) for ids, done, _ in theirs]
+
+
 def test_import_marian_gives_back_the_same_run(exports, tmp_path: Path) -> None:
     run, folder = exports["post"]
     back = tmp_path / "back"

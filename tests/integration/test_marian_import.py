@@ -286,6 +286,21 @@ def test_untied_lm_head(tmp_path: Path) -> None:
     torch.testing.assert_close(our_logits(tmp_path / "run", src, dec)[0], theirs, atol=1e-5, rtol=0)
 
 
+def test_a_decoder_shallower_than_the_encoder(tmp_path: Path) -> None:
+    """OPUS-MT's tiny models have a deep encoder and a shallow decoder: 3 + 1 layers here
+    give model.n_layers 3, model.decoder_layers 1 and Marian's logits and greedy search."""
+    model = write_marian(tmp_path / "hf", seed=5, encoder_layers=3, decoder_layers=1)
+    import_marian(tmp_path / "hf", tmp_path / "run")
+    config = RunDir(tmp_path / "run").read_config().model
+    assert (config.n_layers, config.decoder_layers, config.n_decoder_layers) == (3, 1, 1)
+    tok = hf_tokenizer(tmp_path / "hf")
+    src, dec, theirs = reference_logits(model, tok, SENTENCES[:3], ["das haus", "ein", "hund"])
+    torch.testing.assert_close(our_logits(tmp_path / "run", src, dec)[0], theirs, atol=1e-5, rtol=0)
+    ours = our_search(tmp_path / "run", SEARCHED, beam=1)
+    hf = generate(model, tok, SEARCHED, num_beams=1, forced_eos_token_id=None)
+    assert [(ids, done) for ids, done, _ in ours] == [(ids, done) for ids, done, _ in hf]
+
+
 def edit_config(folder: Path, **changes: object) -> None:
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, **changes}))
@@ -296,7 +311,7 @@ def edit_config(folder: Path, **changes: object) -> None:
     ("scale", "scale_embedding is False"),
     ("prenorm", "normalize_before is True: pre-norm"),
     ("activation", "activation_function 'tanh' is not supported"),
-    ("layers", "encoder_layers (2) and decoder_layers (3) must be given and equal"),
+    ("layers", "decoder_layers (0) must be given, a whole number of at least 1"),
     ("weights", "model.safetensors: not a readable weights file"),
     ("missing", "config.json: missing"),
     ("exists", "exists already; import into a new --run"),
@@ -317,7 +332,7 @@ def test_what_is_refused_is_one_line(tmp_path: Path, marian, capsys, change: str
     elif change == "activation":
         edit_config(folder, activation_function="tanh")
     elif change == "layers":
-        edit_config(folder, decoder_layers=3)
+        edit_config(folder, decoder_layers=0)
     elif change == "weights":
         (folder / "model.safetensors").write_bytes(b"not a model")
     elif change == "missing":

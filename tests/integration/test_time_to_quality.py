@@ -61,6 +61,22 @@ def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
         != ttq.key({"preset": "multi30k_en_de", "budget_minutes": 60, "recipe": today})
 
 
+def test_the_committed_results_hold_runs_of_the_presets_as_they_are() -> None:
+    """The README's and docs' time-to-quality numbers are the committed records of today's
+    presets: each preset's fingerprint matches recorded hours, and with dropout 0.2 recorded
+    half hours (a key added to the config since, at its default, leaves fingerprints as they were)."""
+    ttq = load_benchmark("time_to_quality")
+    records = [json.loads(line) for line in ttq.RESULTS.read_text().splitlines() if line.strip()]
+    for preset in ("multi30k_en_de", "multi30k_de_en"):
+        runs = ttq.todays_runs(records, preset)
+        assert 60.0 in {float(r["budget_minutes"]) for r in runs[""]}, preset
+        assert 30.0 in {float(r["budget_minutes"]) for r in runs[" (dropout 0.2)"]}, preset
+        for (section, name), default in ttq.ADDED_KEYS.items():
+            assert ttq.recipe(preset, [f"--{section}.{name}={default}"]) == ttq.recipe(preset, [])
+            assert ttq.recipe(preset, [f"--{section}.{name}={default + 1 if name != 'weight_decay' else 0.5}"]) \
+                != ttq.recipe(preset, [])
+
+
 def test_the_markdown_table_lists_the_runs_of_todays_recipe_only() -> None:
     ttq = load_benchmark("time_to_quality")
     scores = {"test_2016_flickr": {"bleu": 38.79, "bleu_lc_tok": 39.16, "chrf": 62.97}}

@@ -51,6 +51,8 @@ def test_overrides_apply() -> None:
         ("--model.positional_layout=random", "model.positional_layout: must be one of interleaved, halves"),
         ("--model.positional=rotary", "model.positional: must be one of sinusoidal, learned"),
         ("--data.train_pairs=-1", "data.train_pairs: must be >= 0 (0 = every training pair)"),
+        ("--model.decoder_layers=-1", "model.decoder_layers: must be >= 0 (0 = model.n_layers)"),
+        ("--train.weight_decay=1.5", "train.weight_decay: must be in [0, 1) (0 = Adam, no decay)"),
         ("--trian.seed=1", "trian: unknown section"),
     ],
 )
@@ -148,3 +150,12 @@ def test_shape_keys_are_the_model_fields_but_the_dropouts() -> None:
     assert not {"dropout", "attention_dropout", "activation_dropout"} & set(keys)
     assert {"n_layers", "decoder_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
             "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout", "positional", "arch", "scale_embeddings"} == set(keys)
+
+
+def test_decoder_layers_is_refused_for_a_language_model() -> None:
+    """A decoder_only model has model.n_layers layers: a decoder_layers it would ignore is refused."""
+    with pytest.raises(ConfigError) as err:
+        load_config("lm_tiny", ["--model.decoder_layers=1"])
+    assert "model.decoder_layers: sizes a translator's decoder only" in str(err.value)
+    assert load_config("tiny", ["--model.decoder_layers=1"]).model.n_decoder_layers == 1
+    assert load_config("tiny").model.n_decoder_layers == load_config("tiny").model.n_layers == 2

@@ -77,14 +77,16 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return src, tgt
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_model_equals_nn_transformer(norm_first: bool) -> None:
+@pytest.mark.parametrize("norm_first, decoder_layers", [(False, 0), (True, 0), (True, 1)])
+def test_model_equals_nn_transformer(norm_first: bool, decoder_layers: int) -> None:
     """The same weights in torch.nn.Transformer (post-norm: the paper's; pre-norm:
     norm_first=True) give the same encoder output and the same log-probabilities, with
     source and target padding masks and the causal mask. Embeddings and positional
-    encodings are ours, fed to both as the same embedded input."""
-    model = small_model(norm_first=norm_first)
+    encodings are ours, fed to both as the same embedded input. model.decoder_layers 1:
+    a decoder shallower than the encoder (nn.Transformer's num_decoder_layers)."""
+    model = small_model(norm_first=norm_first, decoder_layers=decoder_layers)
     assert model.encoder.layers[0].sublayer[0].norm_first is norm_first
+    assert (len(model.encoder.layers), len(model.decoder.layers)) == (2, decoder_layers or 2)
     ref = copy_into_reference(model)
     src, tgt = batch()
     with torch.no_grad():
@@ -168,8 +170,9 @@ def assert_cached_decoding_equals_full_pass(model: torch.nn.Module) -> None:
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_cached_decoding_equals_full_pass() -> None:
-    assert_cached_decoding_equals_full_pass(small_model(norm_first=True))
+@pytest.mark.parametrize("decoder_layers", [0, 1])
+def test_cached_decoding_equals_full_pass(decoder_layers: int) -> None:
+    assert_cached_decoding_equals_full_pass(small_model(norm_first=True, decoder_layers=decoder_layers))
 
 
 @pytest.mark.parametrize("activation, function", [("relu", torch.relu), ("swish", torch.nn.functional.silu),

@@ -273,3 +273,21 @@ def test_fused_loss_refuses_a_second_backward() -> None:
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward twice"):
         loss.backward()
+
+
+def test_weight_decay_shrinks_matrices_apart_from_the_gradient() -> None:
+    """train.weight_decay (AdamW, Loshchilov and Hutter 2019): with a zero gradient Adam's
+    update is 0, so a matrix shrinks by exactly (1 - lr * weight_decay) each step, the
+    decay decoupled from the gradient; a bias (1-dimensional) does not decay; without
+    weight_decay nothing moves."""
+    lr, decay = 0.01, 0.1
+    for weight_decay, factor in ((decay, 1 - lr * decay), (0.0, 1.0)):
+        matrix = torch.nn.Parameter(torch.full((3, 4), 2.0, dtype=torch.float64))
+        bias = torch.nn.Parameter(torch.full((4,), 2.0, dtype=torch.float64))
+        optimizer = make_optimizer([matrix, bias], TrainConfig(weight_decay=weight_decay))
+        for _ in range(5):
+            set_lr(optimizer, lr)
+            matrix.grad, bias.grad = torch.zeros_like(matrix), torch.zeros_like(bias)
+            optimizer.step()
+        torch.testing.assert_close(matrix.detach(), torch.full((3, 4), 2.0 * factor**5, dtype=torch.float64))
+        torch.testing.assert_close(bias.detach(), torch.full((4,), 2.0, dtype=torch.float64))

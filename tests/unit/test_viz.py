@@ -150,6 +150,43 @@ def test_attention_mistakes_are_one_line_errors(
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.fixture(scope="module")
+def shallow_decoder_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy-task run with 2 encoder layers and 1 decoder layer (model.decoder_layers)."""
+    from conftest import tiny_config
+    from transformer_mt.training import fit
+
+    run = tmp_path_factory.mktemp("shallow_decoder") / "run"
+    fit(tiny_config(model__decoder_layers=1, train__max_steps=30, train__valid_every=30, data__task_size=300),
+        run, progress=False)
+    return run
+
+
+def test_a_shallower_decoder_has_its_own_layers_in_every_view(shallow_decoder_run: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    """Encoder attention has the encoder's 2 layers, decoder and cross attention the
+    decoder's 1: in the maps, the grid figure, the layer check and the web payload."""
+    from transformer_mt.server.service import attention_payload
+
+    maps = attention_maps(Translator.from_run(shallow_decoder_run, device="cpu"), "w3 w1 w4")
+    assert (maps.layers("encoder"), maps.layers("decoder"), maps.layers("cross")) == (2, 1, 1)
+    assert maps.cross.shape[:2] == (1, maps.n_heads) and maps.encoder.shape[:2] == (2, maps.n_heads)
+    heads = maps.n_heads
+    assert len(attention_grid_figure(maps, "encoder").axes) == 2 * heads + 1  # + the colour bar
+    assert len(attention_grid_figure(maps, "cross").axes) == 1 * heads + 1
+    maps.check_layer_head(2, 1, kind="encoder")
+    with pytest.raises(UserError, match="--layer must be between 1 and 1"):
+        maps.check_layer_head(2, 1, kind="cross")
+    payload = attention_payload(maps)
+    assert (payload["layers"], payload["decoder_layers"], len(payload["decoder"])) == (2, 1, 1)
+    args = ["plot", "attention", str(shallow_decoder_run), "w1 w2", "--layer", "2", "--head", "1",
+            "--out", str(tmp_path / "a.png")]
+    assert main(args) == 2  # every kind: the decoder's has no layer 2
+    err = capsys.readouterr().err
+    assert "--layer must be between 1 and 1" in err and err.count("\n") == 1
+    assert main([*args[:-4], "--kind", "encoder", "--layer", "2", "--head", "1", "--out", str(tmp_path / "e.png")]) == 0
+
+
 def test_empty_sentence_is_a_user_error(translator: Translator) -> None:
     with pytest.raises(UserError, match="empty"):
         attention_maps(translator, "   ")

@@ -198,7 +198,8 @@ def plot_attention(args: argparse.Namespace) -> int:
     overrides = {"beam": args.beam} if args.beam else {}
     maps = attention_maps(Translator.from_run(args.run, device=args.device), args.sentence, **overrides)
     if args.layer is not None:
-        maps.check_layer_head(args.layer, args.head)
+        for kind in kinds:
+            maps.check_layer_head(args.layer, args.head, kind=kind)
     log.info("translation: %s", maps.translation)
     for kind, path in attention_outputs(out, kinds).items():
         if args.layer is None:

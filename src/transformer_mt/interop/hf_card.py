@@ -87,7 +87,7 @@ def architecture(cfg: Config, model_type: str) -> str:
     m = cfg.model
     norm = ("pre-norm (x + Sublayer(LayerNorm(x)), a LayerNorm after each stack)" if m.norm_first
             else "post-norm, as in the paper (LayerNorm(x + Sublayer(x)))")
-    rows = [("layers (encoder, decoder)", f"{m.n_layers}, {m.n_layers}"), ("d_model", m.d_model),
+    rows = [("layers (encoder, decoder)", f"{m.n_layers}, {m.n_decoder_layers}"), ("d_model", m.d_model),
             ("d_ff", m.d_ff), ("attention heads", m.n_heads), ("normalisation", norm),
             ("activation", m.activation), ("positions", "sinusoidal, static (max " + str(m.max_positions) + ")"),
             ("vocabulary", f"{m.tgt_vocab_size} joint sentencepiece pieces, one shared embedding"),

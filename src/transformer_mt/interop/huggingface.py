@@ -170,8 +170,8 @@ def hf_state(model: EncoderDecoder, cfg: Config, where: str) -> dict[str, torch.
            "final_logits_bias": ours["generator.proj.bias"].reshape(1, -1)}
     if not cfg.model.tie_embeddings:
         out["lm_head.weight"] = ours["generator.proj.weight"]
-    for stack in ("encoder", "decoder"):
-        for i in range(cfg.model.n_layers):
+    for stack, n_layers in (("encoder", cfg.model.n_layers), ("decoder", cfg.model.n_decoder_layers)):
+        for i in range(n_layers):
             out.update(layer_state(ours, f"{stack}.layers.{i}.", stack))
         if cfg.model.norm_first:  # Pegasus: the final LayerNorm and the stored sinusoid
             for name in ("weight", "bias"):
@@ -216,7 +216,7 @@ def hf_config(cfg: Config, vocab_size: int) -> dict[str, Any]:
     model_type, architecture = ARCHITECTURES[m.norm_first]
     config = {
         "architectures": [architecture], "model_type": model_type, "vocab_size": vocab_size,
-        "d_model": m.d_model, "encoder_layers": m.n_layers, "decoder_layers": m.n_layers,
+        "d_model": m.d_model, "encoder_layers": m.n_layers, "decoder_layers": m.n_decoder_layers,
         "encoder_attention_heads": m.n_heads, "decoder_attention_heads": m.n_heads,
         "encoder_ffn_dim": m.d_ff, "decoder_ffn_dim": m.d_ff, "activation_function": m.activation,
         "max_position_embeddings": m.max_positions, "scale_embedding": True,

@@ -121,7 +121,7 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
     write_folder(run.root.resolve(), fill)
     extra = "" if ours else " (+1 bos row)"
     log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords%s, activation %s", source, run.root,
-             cfg.model.n_layers, cfg.model.n_layers, cfg.model.d_model, len(vocab), extra, cfg.model.activation)
+             cfg.model.n_layers, cfg.model.n_decoder_layers, cfg.model.d_model, len(vocab), extra, cfg.model.activation)
     return run
 
 
@@ -154,7 +154,10 @@ def check_config(hf: dict[str, Any], vocab: dict[str, int], folder: Path, start_
     if (folder / "target_vocab.json").is_file() or read_json(folder / "tokenizer_config.json").get("separate_vocabs"):
         raise UserError(f"{folder}: separate source and target vocabularies (target_vocab.json) are not "
                         "supported by this import; only models with one shared vocabulary")
-    for ours, enc, dec in (("n_layers", "encoder_layers", "decoder_layers"), ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
+    for key in ("encoder_layers", "decoder_layers"):  # the stacks may differ (model.decoder_layers)
+        if not isinstance(hf.get(key), int) or hf[key] < 1:
+            raise UserError(f"{where}: {key} ({hf.get(key)}) must be given, a whole number of at least 1")
+    for ours, enc, dec in (("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
                            ("n_heads", "encoder_attention_heads", "decoder_attention_heads")):
         if enc not in hf or hf[enc] != hf.get(dec):
             raise UserError(f"{where}: {enc} ({hf.get(enc)}) and {dec} ({hf.get(dec)}) must be given and equal "
@@ -177,8 +180,9 @@ def run_config(hf: dict[str, Any], generation: dict[str, Any], rows: int, share_
     generation_config.json (see the module docstring), the other sections the defaults.
     `share_vocab` false: the encoder's and decoder's embeddings differ (one vocabulary)."""
     positions = int(hf.get("max_position_embeddings", 1024))
+    decoder_layers = 0 if hf["decoder_layers"] == hf["encoder_layers"] else hf["decoder_layers"]  # 0: the same
     model = ModelConfig(
-        n_layers=hf["encoder_layers"], d_model=hf["d_model"], d_ff=hf["encoder_ffn_dim"],
+        n_layers=hf["encoder_layers"], decoder_layers=decoder_layers, d_model=hf["d_model"], d_ff=hf["encoder_ffn_dim"],
         n_heads=hf["encoder_attention_heads"], dropout=float(hf.get("dropout", 0.1)), norm_first=False,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), share_vocab=share_vocab, max_positions=positions,
         src_vocab_size=rows, tgt_vocab_size=rows, activation=ACTIVATIONS[hf.get("activation_function", "gelu")],

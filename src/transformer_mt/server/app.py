@@ -122,7 +122,8 @@ class HypothesisOut(BaseModel):
 
 
 class AttentionOut(BaseModel):
-    layers: int
+    layers: int = Field(description="the encoder's layers (encoder)")
+    decoder_layers: int = Field(description="the decoder's layers (decoder and cross; fewer with model.decoder_layers)")
     heads: int
     source_tokens: list[str] = Field(description="source subwords + </s> (columns)")
     target_tokens: list[str] = Field(description="produced subwords (+ </s>) (rows)")
@@ -150,6 +151,7 @@ class TranslateResponse(BaseModel):
 
 
 class HealthResponse(HealthBase):
+    n_decoder_layers: int = Field(description="the decoder's layers (n_layers is the encoder's)")
     default_beam: int
     batches: int = Field(description="decoding calls: fewer than requests when waiting requests were batched")
 

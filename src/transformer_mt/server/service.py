@@ -80,6 +80,7 @@ class TranslationService:
             "run": self.name,
             "device": str(self.translator.device),
             "n_layers": len(model.encoder.layers),
+            "n_decoder_layers": len(model.decoder.layers),
             "n_heads": model.encoder.layers[0].self_attn.n_heads,
             "d_model": model.encoder.layers[0].self_attn.d_model,
             "vocab_size": len(self.translator.tokenizer),
@@ -251,6 +252,7 @@ def attention_payload(maps: AttentionMaps | None) -> dict[str, Any] | None:
         return None
     return {
         "layers": maps.n_layers,
+        "decoder_layers": maps.layers("decoder"),
         "heads": maps.n_heads,
         "source_tokens": maps.source,
         "target_tokens": maps.target,

@@ -46,20 +46,20 @@ def attention_grid_figure(maps: AttentionMaps, kind: str) -> Figure:
     """One heatmap per (layer, head) of `kind`: layers are rows, heads are columns."""
     weights = maps.weights(kind)
     rows, cols, row_name, col_name = maps.labels(kind)
-    cell = _cell_inches(maps)
-    fig = new_figure(cell * maps.n_heads + 1.2, cell * maps.n_layers + 1.0,
-                     f"{TITLES[kind]}: {maps.n_layers} layers x {maps.n_heads} heads")
-    axes = fig.subplots(maps.n_layers, maps.n_heads, squeeze=False)
+    cell, n_layers = _cell_inches(maps), maps.layers(kind)
+    fig = new_figure(cell * maps.n_heads + 1.2, cell * n_layers + 1.0,
+                     f"{TITLES[kind]}: {n_layers} layers x {maps.n_heads} heads")
+    axes = fig.subplots(n_layers, maps.n_heads, squeeze=False)
     fontsize = 7 if max(len(rows), len(cols)) <= 20 else 5
     image = None
-    for layer in range(maps.n_layers):
+    for layer in range(n_layers):
         for head in range(maps.n_heads):
             ax = axes[layer][head]
             image = _heatmap(ax, weights[layer, head], rows, cols, fontsize)
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
             if head == 0:
                 ax.set_ylabel(row_name, fontsize=8)
-            if layer == maps.n_layers - 1:
+            if layer == n_layers - 1:
                 ax.set_xlabel(col_name, fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     return fig
@@ -68,7 +68,7 @@ def attention_grid_figure(maps: AttentionMaps, kind: str) -> Figure:
 def attention_head_figure(maps: AttentionMaps, kind: str, layer: int, head: int) -> Figure:
     """One large heatmap of `kind` for `layer` and `head` (numbered from 1), with the
     weights written in the cells when the sentence is short."""
-    maps.check_layer_head(layer, head)
+    maps.check_layer_head(layer, head, kind=kind)
     weights = maps.weights(kind)[layer - 1, head - 1]
     rows, cols, row_name, col_name = maps.labels(kind)
     side = min(12.0, max(6.0, 0.35 * max(len(rows), len(cols)) + 2.5))

@@ -102,10 +102,23 @@ function renderSelectors() {
   const first = withAttention[0].attention;
   fillSelect($("sentence"), state.results.length, "sentence", false);
   $("sentence-label").hidden = state.results.length < 2;
-  fillSelect($("layer"), first.layers, "layer", true);
+  fillSelect($("layer"), layersOf(first, $("kind").value), "layer", true);
   fillSelect($("head"), first.heads, "head", true);
   for (const option of $("kind").options) option.disabled = !first[option.value];
   if (!first[$("kind").value]) $("kind").value = "cross";
+}
+
+// The encoder's layers, or the decoder's (decoder and cross attention): a decoder can be
+// shallower than the encoder (model.decoder_layers).
+function layersOf(attention, kind) {
+  return kind === "encoder" ? attention.layers : attention.decoder_layers;
+}
+
+// Another kind of attention may have another number of layers: the layer menu follows.
+function kindChanged() {
+  const result = state.results[state.selected];
+  if (result && result.attention) fillSelect($("layer"), layersOf(result.attention, $("kind").value), "layer", true);
+  viewChanged();
 }
 
 function selectSentence(index) {
@@ -127,7 +140,7 @@ function translationView() {
   const spec = KINDS[kind];
   return {
     kind, layer, head, title: spec.title, help: spec.help, causal: kind === "decoder",
-    layers: attention.layers, heads: attention.heads,
+    layers: layersOf(attention, kind), heads: attention.heads,
     weights: attention[kind][layer][head],
     all: (l, h) => attention[kind][l][h],
     rows: spec.rows(attention),
@@ -145,5 +158,5 @@ $("translate").addEventListener("click", translate);
 $("source").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) translate();
 });
-$("kind").addEventListener("change", viewChanged);
+$("kind").addEventListener("change", kindChanged);
 $("sentence").addEventListener("change", () => selectSentence(parseInt($("sentence").value, 10)));

@@ -5,11 +5,15 @@
 // page with the right one already, so nothing of the other view flashes. Loaded last.
 "use strict";
 
+// "4" layers, or "6 + 2" where the decoder is shallower than the encoder (model.decoder_layers).
+const stacks = (info) =>
+  info.n_layers === info.n_decoder_layers ? `${info.n_layers}` : `${info.n_layers} + ${info.n_decoder_layers}`;
+
 const VIEWS = {
   translation: {
     mode: "translate",
     title: "transformer-mt: translate and see the attention",
-    model: (info) => `${info.n_layers} layers, ${info.n_heads} heads, d_model ${info.d_model}, ` +
+    model: (info) => `${stacks(info)} layers, ${info.n_heads} heads, d_model ${info.d_model}, ` +
       `vocabulary ${info.vocab_size}, on ${info.device}; up to ${info.limits.max_sentences} sentences ` +
       `and ${info.limits.max_chars} characters per request`,
     start: (info) => startTranslate(info),
