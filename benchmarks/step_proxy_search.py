@@ -23,7 +23,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -47,7 +47,6 @@ class Candidate:
     process: subprocess.Popen | None = None
     started: float = 0.0
     seconds: float = 0.0
-    log: list[str] = field(default_factory=list)
 
 
 def parse_candidate(text: str, default_steps: int) -> Candidate:
@@ -114,12 +113,12 @@ def run_all(candidates: list[Candidate], args: argparse.Namespace, finished) -> 
         for c in [c for c in running if c.process.poll() is not None]:
             running.remove(c)
             c.seconds = time.perf_counter() - c.started
-            c.log = (args.out / f"{c.name}.log").read_text().splitlines()
             if c.process.returncode == 0:
                 finished(c)
             else:
                 failed += 1
-                print(f"{c.name}: failed (exit {c.process.returncode}): {' | '.join(c.log[-3:])}", flush=True)
+                tail = (args.out / f"{c.name}.log").read_text().splitlines()[-3:]
+                print(f"{c.name}: failed (exit {c.process.returncode}): {' | '.join(tail)}", flush=True)
     return failed
 
 
