@@ -13,7 +13,10 @@ lowercased 13a-tokenized text and chrF, and the validation BLEU that selected it
 finished run is appended to --results (a committed JSONL file, so a search can be continued
 and reproduced: config overrides, budget, steps, validation and test scores, the host's
 matmul peaks, and a fingerprint of the config trained); a run already there with the same
-preset, budget and config is not trained again unless --again (the newer record then counts). --chart draws test_2016 BLEU against training minutes per preset, with the
+preset, budget and config is not trained again unless --again (the newer record then counts).
+A seed is not a recipe: --override=--train.seed=2 trains (and records) a run of its own that
+the table and the chart list beside the preset's seed. --chart draws test_2016 BLEU against
+training minutes per preset (a marker per run, a line through each budget's mean), with the
 2-hour recipe's published BLEU as a reference line.
 
 --ema 0.998,0.999 answers the issue's other question, checkpoint averaging or an
@@ -181,16 +184,26 @@ def key(record: dict) -> tuple:
 VARIANTS = {"": [], " (fp32)": ["--train.precision=fp32"], " (dropout 0.2)": ["--model.dropout=0.2"]}
 
 
+def seed_of(record: dict) -> str:
+    """The seed a record was trained with through `--train.seed=N`, or "" (the preset's own)."""
+    seeds = [o.split("=", 1)[1] for o in record.get("overrides", []) if o.startswith("--train.seed=")]
+    return seeds[-1] if seeds else ""
+
+
 def todays_runs(records: list[dict], preset: str) -> dict[str, list[dict]]:
     """The runs of `preset`'s recipe as it is today and of each of its VARIANTS that is not
-    the recipe itself (a preset that already drops 0.2), by budget."""
+    the recipe itself (a preset that already drops 0.2), by budget. A run with another seed
+    (`--train.seed=N`) is a run of the same recipe: it is listed with the others, so the
+    table and the chart show the spread between seeds instead of one lucky or unlucky run."""
+    seeds = sorted({seed_of(r) for r in records if r["preset"] == preset} - {""})
     runs, seen = {}, set()
     for label, overrides in VARIANTS.items():
         fingerprint = recipe(preset, overrides)
         if fingerprint in seen:
             continue
         seen.add(fingerprint)
-        runs[label] = sorted((r for r in records if r["preset"] == preset and r["recipe"] == fingerprint),
+        fingerprints = {fingerprint} | {recipe(preset, [*overrides, f"--train.seed={seed}"]) for seed in seeds}
+        runs[label] = sorted((r for r in records if r["preset"] == preset and r["recipe"] in fingerprints),
                              key=lambda r: r["budget_minutes"])
     return runs
 
@@ -205,7 +218,8 @@ def markdown_table(records: list[dict]) -> str:
             for r in runs:
                 tests = [r["test"].get(name) for name in TEST_SETS]
                 cells = [f"{t['bleu']:.1f} / {t['bleu_lc_tok']:.1f} / {t['chrf']:.1f}" if t else "" for t in tests]
-                lines.append(f"| {preset}{label} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | "
+                seed = f" (seed {seed_of(r)})" if seed_of(r) else ""
+                lines.append(f"| {preset}{label}{seed} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | "
                              f"{r['steps']:,} | {r['valid_bleu'] or 0:.1f} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
@@ -213,35 +227,49 @@ def markdown_table(records: list[dict]) -> str:
 def label_place(x: float, y: float, points: list[tuple[float, float]]) -> tuple[tuple[int, int], str]:
     """Where a point's number goes (offset in points, alignment) so that runs of one budget
     that end within a BLEU of each other stay readable: above the highest of the points within
-    3 minutes of it, below the lowest, to the left of any between."""
-    ys = [b for a, b in points if abs(a - x) < 3]
-    if y >= max(ys):
+    3 minutes of it, below the lowest, and those between to the left and the right in turn
+    (from the highest down), so two close ones do not print over each other."""
+    ys = sorted(b for a, b in points if abs(a - x) < 3)
+    if y >= ys[-1]:
         return (0, 6), "center"
-    if y <= min(ys):
+    if y <= ys[0]:
         return (0, -14), "center"
-    return (-7, -3), "right"
+    between = [b for b in ys[1:-1]][::-1]
+    return ((-7, -3), "right") if between.index(y) % 2 == 0 else ((7, -3), "left")
+
+
+def budget_means(runs: list[dict]) -> list[tuple[float, float]]:
+    """(training minutes, test_2016 BLEU) averaged over the runs of each budget (seeds, reruns),
+    by budget: the chart's line goes through these, its markers show every run."""
+    by_budget: dict[float, list[dict]] = {}
+    for r in runs:
+        by_budget.setdefault(float(r["budget_minutes"]), []).append(r)
+    return [(sum(r["train_minutes"] for r in rs) / len(rs),
+             sum(r["test"]["test_2016_flickr"]["bleu"] for r in rs) / len(rs)) for _, rs in sorted(by_budget.items())]
 
 
 def draw_chart(records: list[dict], path: Path) -> None:
     """test_2016 BLEU against training minutes of each preset as it is today (the runs of its
-    recipe, and of its VARIANTS dotted), one line per preset, the 2-hour recipe dashed."""
+    recipe, and of its VARIANTS dotted), one line per preset through each budget's mean, the
+    2-hour recipe dashed, the legend below the axes so that it covers no run."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4.2), dpi=100, layout="constrained")
+    fig = Figure(figsize=(7.6, 5.4), dpi=100, layout="constrained")
     ax = fig.subplots()
     markers = dict(zip(VARIANTS, "o^vDPX"))  # one marker per variant, so they differ in one colour too
-    lowest, highest = 100.0, 0.0
-    for index, preset in enumerate(sorted({r["preset"] for r in records})):
-        series = {label: [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows
-                          if "test_2016_flickr" in r["test"]]
-                  for label, rows in todays_runs(records, preset).items()}
-        every_point = [point for points in series.values() for point in points]
-        for label, points in series.items():
-            if points:
-                lowest, highest = min(lowest, *(y for _, y in points)), max(highest, *(y for _, y in points))
-                ax.plot(*zip(*points), marker=markers[label], color=f"C{index}",
-                        linestyle="-" if not label else ":", label=f"{preset}{label or ' (budgeted)'}")
-                for x, y in points:
+    presets = sorted({r["preset"] for r in records})
+    runs = {preset: {label: [r for r in rows if "test_2016_flickr" in r["test"]]
+                     for label, rows in todays_runs(records, preset).items()} for preset in presets}
+    points = {(preset, label): [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows]
+              for preset in presets for label, rows in runs[preset].items()}
+    every_point = [point for series in points.values() for point in series]
+    for index, preset in enumerate(presets):
+        for label, rows in runs[preset].items():
+            if rows:
+                ax.plot(*zip(*budget_means(rows)), color=f"C{index}", linestyle="-" if not label else ":",
+                        marker=markers[label], markevery=[], label=f"{preset}{label or ' (budgeted)'}")
+                ax.plot(*zip(*points[preset, label]), marker=markers[label], color=f"C{index}", linestyle="none")
+                for x, y in points[preset, label]:
                     offset, align = label_place(x, y, every_point)
                     ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=offset, ha=align, fontsize=8)
         if preset in TWO_HOUR_RECIPE:
@@ -249,14 +277,15 @@ def draw_chart(records: list[dict], path: Path) -> None:
             ax.axhline(bleu, color=f"C{index}", linestyle="--", linewidth=1)
             ax.plot([minutes], [bleu], marker="s", color=f"C{index}", linestyle="none",
                     label=f"{preset}: the earlier recipe ({bleu} after {minutes} min)")
+    ys = [y for _, y in every_point] or [40.0]
     ax.set_xlim(0, 130)
-    top = max(45, 5 * math.ceil((highest + 3) / 5))
-    ax.set_ylim(min(max(0, 5 * math.floor((lowest - 3) / 5)), top - 15), top)  # differences of ~1 BLEU stay visible
+    top = max(45, 5 * math.ceil((max(ys) + 3) / 5))
+    ax.set_ylim(min(max(0, 5 * math.floor((min(ys) - 3) / 5)), top - 15), top)  # differences of ~1 BLEU stay visible
     ax.set_xlabel("training minutes (2-core CPU)")
     ax.set_ylabel("test_2016 BLEU (cased sacreBLEU)")
-    ax.set_title("BLEU against training time")
+    ax.set_title("BLEU against training time\n(a marker per run, lines through each budget's mean)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    fig.legend(fontsize=8, loc="outside lower center", ncol=2)
     fig.savefig(path)
 
 

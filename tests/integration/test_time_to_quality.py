@@ -92,13 +92,39 @@ def test_the_markdown_table_lists_the_runs_of_todays_recipe_only() -> None:
 
 def test_the_charts_numbers_go_where_runs_of_one_budget_do_not_cover_them() -> None:
     """Three runs of one budget within a BLEU: the highest's number above, the lowest's below,
-    the middle one's to its left; a run alone at its budget gets its number above."""
+    the middle one's to its left (a second one between, to its right); a run alone at its
+    budget gets its number above."""
     ttq = load_benchmark("time_to_quality")
     hour = [(58.9, 39.1), (58.7, 38.7), (58.5, 38.5), (28.4, 38.6)]
     above, below = ttq.label_place(58.9, 39.1, hour), ttq.label_place(58.5, 38.5, hour)
     left = ttq.label_place(58.7, 38.7, hour)
     assert above[0][1] > 0 and below[0][1] < 0 and left[0][0] < 0 and left[1] == "right"
     assert ttq.label_place(28.4, 38.6, hour) == above
+    four = hour + [(57.0, 38.6)]  # two between the highest and the lowest: left, then right
+    assert ttq.label_place(58.7, 38.7, four) == left
+    right = ttq.label_place(57.0, 38.6, four)
+    assert right[0][0] > 0 and right[1] == "left"
+
+
+def test_a_run_with_another_seed_is_a_run_of_the_recipe() -> None:
+    """--train.seed=N trains the same recipe: its runs are listed beside the preset's own seed,
+    named by their seed, and the chart's line goes through each budget's mean; a seed with
+    another change is not the recipe."""
+    ttq = load_benchmark("time_to_quality")
+
+    def run(budget: float, minutes: float, bleu: float, overrides: list[str]) -> dict:
+        return {"preset": "multi30k_en_de", "budget_minutes": budget, "train_minutes": minutes, "steps": 100,
+                "valid_bleu": 40.0, "test": {"test_2016_flickr": {"bleu": bleu, "bleu_lc_tok": bleu, "chrf": 60.0}},
+                "overrides": overrides, "recipe": ttq.recipe("multi30k_en_de", overrides)}
+
+    one, two = run(60.0, 58.0, 39.1, []), run(60.0, 56.0, 38.2, ["--train.seed=2"])
+    half = run(30.0, 28.0, 38.0, [])
+    changed = run(60.0, 57.0, 30.0, ["--train.seed=2", "--model.n_layers=1"])
+    runs = ttq.todays_runs([one, two, half, changed], "multi30k_en_de")[""]
+    assert runs == [half, one, two]
+    rows = ttq.markdown_table([one, two, changed]).splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == ["| multi30k_en_de", "| multi30k_en_de (seed 2)"]
+    assert ttq.budget_means(runs) == [(28.0, 38.0), (57.0, pytest.approx(38.65))]
 
 
 def test_a_variant_that_is_the_recipe_itself_is_listed_once(monkeypatch: pytest.MonkeyPatch) -> None:
