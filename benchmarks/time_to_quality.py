@@ -234,7 +234,7 @@ def label_place(x: float, y: float, points: list[tuple[float, float]]) -> tuple[
         return (0, 6), "center"
     if y <= ys[0]:
         return (0, -14), "center"
-    between = [b for b in ys[1:-1]][::-1]
+    between = ys[-2:0:-1]  # from the highest down
     return ((-7, -3), "right") if between.index(y) % 2 == 0 else ((7, -3), "left")
 
 
