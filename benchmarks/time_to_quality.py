@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _timing import matmul_peaks  # noqa: E402
-from transformer_mt.config import load_config  # noqa: E402
+from transformer_mt.config import load_config, parse_override  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
@@ -186,8 +186,8 @@ VARIANTS = {"": [], " (fp32)": ["--train.precision=fp32"], " (dropout 0.2)": ["-
 
 def seed_of(record: dict) -> str:
     """The seed a record was trained with through `--train.seed=N`, or "" (the preset's own)."""
-    seeds = [o.split("=", 1)[1] for o in record.get("overrides", []) if o.startswith("--train.seed=")]
-    return seeds[-1] if seeds else ""
+    seeds = [value for path, value in map(parse_override, record.get("overrides", [])) if path == ["train", "seed"]]
+    return str(seeds[-1]) if seeds else ""
 
 
 def todays_runs(records: list[dict], preset: str) -> dict[str, list[dict]]:
@@ -218,8 +218,8 @@ def markdown_table(records: list[dict]) -> str:
             for r in runs:
                 tests = [r["test"].get(name) for name in TEST_SETS]
                 cells = [f"{t['bleu']:.1f} / {t['bleu_lc_tok']:.1f} / {t['chrf']:.1f}" if t else "" for t in tests]
-                seed = f" (seed {seed_of(r)})" if seed_of(r) else ""
-                lines.append(f"| {preset}{label}{seed} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | "
+                seed = seed_of(r)
+                lines.append(f"| {preset}{label}{f' (seed {seed})' if seed else ''} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | "
                              f"{r['steps']:,} | {r['valid_bleu'] or 0:.1f} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
