@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_mt.config import TrainConfig
+from transformer_mt.config import TrainConfig, load_config
 from transformer_mt.training.loss import LabelSmoothingLoss, SmoothedCrossEntropy, smoothed_distribution
 from transformer_mt.training.schedule import ConstantSchedule, Progress, make_optimizer, make_schedule, rate, set_lr
 
@@ -291,3 +291,12 @@ def test_weight_decay_shrinks_matrices_apart_from_the_gradient() -> None:
             optimizer.step()
         torch.testing.assert_close(matrix.detach(), torch.full((3, 4), 2.0 * factor**5, dtype=torch.float64))
         torch.testing.assert_close(bias.detach(), torch.full((4,), 2.0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("preset", ["multi30k_en_de", "multi30k_de_en"])
+def test_the_multi30k_recipes_peak_at_transformer_tinys_rate(preset: str) -> None:
+    """Whatever warmup a recipe takes (en->de 2,000 steps, de->en 500), lr_scale keeps the
+    peak at Transformer-Tiny's 0.005 (Wu et al., 2021): the warmup was searched at that peak."""
+    cfg = load_config(preset)
+    warmup = cfg.train.warmup_steps
+    assert paper_rate(warmup, cfg.model.d_model, warmup, cfg.train.lr_scale) == pytest.approx(0.005, rel=0.02)
