@@ -295,7 +295,7 @@ def test_weight_decay_shrinks_matrices_apart_from_the_gradient() -> None:
 
 @pytest.mark.parametrize("preset", ["multi30k_en_de", "multi30k_de_en"])
 def test_the_multi30k_recipes_peak_at_transformer_tinys_rate(preset: str) -> None:
-    """Whatever warmup a recipe takes (en->de 2,000 steps, de->en 500), lr_scale keeps the
+    """Whatever warmup a recipe takes (en->de 2,000 steps, de->en 500 so far), lr_scale keeps the
     peak at Transformer-Tiny's 0.005 (Wu et al., 2021): the warmup was searched at that peak."""
     cfg = load_config(preset)
     warmup = cfg.train.warmup_steps
