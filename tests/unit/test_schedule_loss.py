@@ -295,8 +295,8 @@ def test_weight_decay_shrinks_matrices_apart_from_the_gradient() -> None:
 
 @pytest.mark.parametrize("preset", ["multi30k_en_de", "multi30k_de_en"])
 def test_the_multi30k_recipes_peak_at_transformer_tinys_rate(preset: str) -> None:
-    """Whatever warmup a recipe takes (en->de 2,000 steps, de->en 500 so far), lr_scale keeps the
-    peak at Transformer-Tiny's 0.005 (Wu et al., 2021): the warmup was searched at that peak."""
+    """Whatever warmup a recipe takes (both 2,000 steps now, 500 before), lr_scale keeps the peak
+    at Transformer-Tiny's 0.005 (Wu et al., 2021): the warmup was searched at that peak."""
     cfg = load_config(preset)
     warmup = cfg.train.warmup_steps
     assert paper_rate(warmup, cfg.model.d_model, warmup, cfg.train.lr_scale) == pytest.approx(0.005, rel=0.02)
