@@ -292,8 +292,8 @@ def draw_chart(records: list[dict], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", action="append", choices=sorted(LANGUAGES), help="recipe(s) (default: both)")
-    parser.add_argument("--budgets", default="30,60", help="comma-separated minutes (default 30,60; the en->de "
-                        "recipe's 2,000 warmup steps need ~15 on a 2-core CPU)")
+    parser.add_argument("--budgets", default="30,60", help="comma-separated minutes (default 30,60; the "
+                        "recipes' 2,000 warmup steps need ~15 on a 2-core CPU)")
     parser.add_argument("--override", action="append", default=[], help="a config override for every run, "
                         "e.g. --override=--train.precision=fp32 (repeatable)")
     parser.add_argument("--data", type=Path, default=DATA, help="a Multi30k folder (default ../shared/data/multi30k)")
