@@ -16,8 +16,9 @@ matmul peaks, and a fingerprint of the config trained); a run already there with
 preset, budget and config is not trained again unless --again (the newer record then counts).
 A seed is not a recipe: --override=--train.seed=2 trains (and records) a run of its own that
 the table and the chart list beside the preset's seed. --chart draws test_2016 BLEU against
-training minutes per preset (a marker per run, a line through each budget's mean), with the
-2-hour recipe's published BLEU as a reference line.
+training minutes per preset (a marker per run, a line through each budget's mean; a run on a
+host with 1.5 times the others' bf16 matmul peak or more is hollow and left out of the mean), with
+the 2-hour recipe's published BLEU as a reference line.
 
 --ema 0.998,0.999 answers the issue's other question, checkpoint averaging or an
 exponential moving average of the weights (EMA): the run also keeps an EMA of
@@ -35,6 +36,7 @@ import hashlib
 import json
 import logging
 import math
+import statistics
 import sys
 import time
 from datetime import date
@@ -61,6 +63,7 @@ LANGUAGES = {"multi30k_en_de": ("en", "de"), "multi30k_de_en": ("de", "en")}
 # The recipes before issue 25 (3 x 256, 10,000 steps or 2 hours): (training minutes, cased test_2016 BLEU)
 TWO_HOUR_RECIPE = {"multi30k_en_de": (120, 38.8), "multi30k_de_en": (85, 41.4)}
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr")
+FASTER_HOST = 1.5  # a run whose host's bf16 matmul peak is this many times the charted runs' median: drawn apart
 
 
 def data_overrides(folder: Path, src: str, tgt: str) -> list[str]:
@@ -248,10 +251,24 @@ def budget_means(runs: list[dict]) -> list[tuple[float, float]]:
              sum(r["test"]["test_2016_flickr"]["bleu"] for r in rs) / len(rs)) for _, rs in sorted(by_budget.items())]
 
 
+def split_by_host(rows: list[dict], shown: list[dict]) -> tuple[list[dict], list[dict]]:
+    """`rows` split into runs on hosts like most of `shown` and runs on a host whose bf16
+    matmul peak is FASTER_HOST times their median or more. A budget is minutes, not steps: a
+    host with twice the peak trains ~1.8 times the steps in the same hour, so its runs are
+    shown apart (and left out of the budget's mean) instead of moving the mean of the others."""
+    peaks = [r["peaks_gflops"]["bf16"] for r in shown if "peaks_gflops" in r]
+    if not peaks:
+        return list(rows), []
+    limit = FASTER_HOST * statistics.median(peaks)
+    faster = [r for r in rows if r.get("peaks_gflops", {}).get("bf16", 0.0) >= limit]
+    return [r for r in rows if r not in faster], faster
+
+
 def draw_chart(records: list[dict], path: Path) -> None:
     """test_2016 BLEU against training minutes of each preset as it is today (the runs of its
-    recipe, and of its VARIANTS dotted), one line per preset through each budget's mean, the
-    2-hour recipe dashed, the legend below the axes so that it covers no run."""
+    recipe, and of its VARIANTS dotted), one line per preset through each budget's mean, runs
+    of a much faster host hollow and outside the means (split_by_host), the 2-hour recipe
+    dashed, the legend below the axes so that it covers no run."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.6, 5.4), dpi=100, layout="constrained")
@@ -263,20 +280,30 @@ def draw_chart(records: list[dict], path: Path) -> None:
     points = {(preset, label): [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows]
               for preset in presets for label, rows in runs[preset].items()}
     every_point = [point for series in points.values() for point in series]
+    shown = [r for preset in presets for rows in runs[preset].values() for r in rows]
+    faster_hosts = False
     for index, preset in enumerate(presets):
         for label, rows in runs[preset].items():
-            if rows:
-                ax.plot(*zip(*budget_means(rows)), color=f"C{index}", linestyle="-" if not label else ":",
+            typical, faster = split_by_host(rows, shown)
+            if typical:
+                ax.plot(*zip(*budget_means(typical)), color=f"C{index}", linestyle="-" if not label else ":",
                         marker=markers[label], markevery=[], label=f"{preset}{label or ' (budgeted)'}")
-                ax.plot(*zip(*points[preset, label]), marker=markers[label], color=f"C{index}", linestyle="none")
-                for x, y in points[preset, label]:
-                    offset, align = label_place(x, y, every_point)
-                    ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=offset, ha=align, fontsize=8)
+            for group, face in ((typical, None), (faster, "white")):
+                xy = [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in group]
+                if xy:
+                    ax.plot(*zip(*xy), marker=markers[label], color=f"C{index}", markerfacecolor=face, linestyle="none")
+            faster_hosts = faster_hosts or bool(faster)
+            for x, y in points[preset, label]:
+                offset, align = label_place(x, y, every_point)
+                ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=offset, ha=align, fontsize=8)
         if preset in TWO_HOUR_RECIPE:
             minutes, bleu = TWO_HOUR_RECIPE[preset]
             ax.axhline(bleu, color=f"C{index}", linestyle="--", linewidth=1)
             ax.plot([minutes], [bleu], marker="s", color=f"C{index}", linestyle="none",
                     label=f"{preset}: the earlier recipe ({bleu} after {minutes} min)")
+    if faster_hosts:
+        ax.plot([], [], marker="o", color="gray", markerfacecolor="white", linestyle="none",
+                label=f"hollow: a host with {FASTER_HOST:g}x+ the bf16 peak (not in the means)")
     ys = [y for _, y in every_point] or [40.0]
     ax.set_xlim(0, 130)
     top = max(45, 5 * math.ceil((max(ys) + 3) / 5))

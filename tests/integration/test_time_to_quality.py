@@ -200,3 +200,24 @@ def test_ema_decays_are_validated_and_recorded_beside_the_average(tmp_path: Path
     assert all(0 <= bleu <= 100 for bleu in record["ema_valid_bleu"].values())
     events = [json.loads(line) for line in (Path(record["run"]) / "metrics.jsonl").read_text().splitlines()]
     assert [e["decay"] for e in events if e["event"] == "ema"] == [0.5, 0.9]
+
+
+def test_runs_of_a_much_faster_host_are_charted_apart() -> None:
+    """A budget is minutes: a host with 2.3 times the bf16 peak trains far more steps in them,
+    so its run is drawn apart and left out of the budget's mean; hosts within 1.5 times of the
+    median, and records without peaks, stay in."""
+    ttq = load_benchmark("time_to_quality")
+
+    def run(bleu: float, bf16: float | None) -> dict:
+        record = {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 58.0, "steps": 100,
+                  "test": {"test_2016_flickr": {"bleu": bleu}}}
+        if bf16 is not None:
+            record["peaks_gflops"] = {"fp32": 180.0, "bf16": bf16}
+        return record
+
+    slow, slower, fast, unknown = run(40.0, 410.0), run(39.0, 395.0), run(41.2, 948.0), run(39.5, None)
+    typical, faster = ttq.split_by_host([slow, slower, fast, unknown], [slow, slower, fast, unknown])
+    assert typical == [slow, slower, unknown] and faster == [fast]
+    assert ttq.budget_means(typical) == [(58.0, pytest.approx(39.5))]
+    assert ttq.split_by_host([slow, fast], [slow, slower, fast]) == ([slow], [fast])
+    assert ttq.split_by_host([unknown], [unknown]) == ([unknown], [])
