@@ -251,6 +251,11 @@ def budget_means(runs: list[dict]) -> list[tuple[float, float]]:
              sum(r["test"]["test_2016_flickr"]["bleu"] for r in rs) / len(rs)) for _, rs in sorted(by_budget.items())]
 
 
+def chart_point(run: dict) -> tuple[float, float]:
+    """Where a run goes on the chart: (training minutes, test_2016 BLEU)."""
+    return run["train_minutes"], run["test"]["test_2016_flickr"]["bleu"]
+
+
 def split_by_host(rows: list[dict], shown: list[dict]) -> tuple[list[dict], list[dict]]:
     """`rows` split into runs on hosts like most of `shown` and runs on a host whose bf16
     matmul peak is FASTER_HOST times their median or more. A budget is minutes, not steps: a
@@ -277,7 +282,7 @@ def draw_chart(records: list[dict], path: Path) -> None:
     presets = sorted({r["preset"] for r in records})
     runs = {preset: {label: [r for r in rows if "test_2016_flickr" in r["test"]]
                      for label, rows in todays_runs(records, preset).items()} for preset in presets}
-    points = {(preset, label): [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in rows]
+    points = {(preset, label): [chart_point(r) for r in rows]
               for preset in presets for label, rows in runs[preset].items()}
     every_point = [point for series in points.values() for point in series]
     shown = [r for preset in presets for rows in runs[preset].values() for r in rows]
@@ -289,7 +294,7 @@ def draw_chart(records: list[dict], path: Path) -> None:
                 ax.plot(*zip(*budget_means(typical)), color=f"C{index}", linestyle="-" if not label else ":",
                         marker=markers[label], markevery=[], label=f"{preset}{label or ' (budgeted)'}")
             for group, face in ((typical, None), (faster, "white")):
-                xy = [(r["train_minutes"], r["test"]["test_2016_flickr"]["bleu"]) for r in group]
+                xy = [chart_point(r) for r in group]
                 if xy:
                     ax.plot(*zip(*xy), marker=markers[label], color=f"C{index}", markerfacecolor=face, linestyle="none")
             faster_hosts = faster_hosts or bool(faster)
