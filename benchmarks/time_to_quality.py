@@ -265,8 +265,8 @@ def split_by_host(rows: list[dict], shown: list[dict]) -> tuple[list[dict], list
     if not peaks:
         return list(rows), []
     limit = FASTER_HOST * statistics.median(peaks)
-    faster = [r for r in rows if r.get("peaks_gflops", {}).get("bf16", 0.0) >= limit]
-    return [r for r in rows if r not in faster], faster
+    is_faster = [r.get("peaks_gflops", {}).get("bf16", 0.0) >= limit for r in rows]
+    return [r for r, f in zip(rows, is_faster) if not f], [r for r, f in zip(rows, is_faster) if f]
 
 
 def draw_chart(records: list[dict], path: Path) -> None:
