@@ -41,6 +41,12 @@ def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: 
     (again,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert Path(again["run"]).name == Path(record["run"]).name + "_2" and Path(record["run"]).is_dir()
     assert results.read_text().splitlines() == kept.splitlines() + [json.dumps(again)]
+    selection = load_benchmark("model_selection")  # the run's checkpoints against its average, on val halves
+    assert selection.main([record["run"], "--splits", "2", "--json"]) == 0
+    (measured,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"]
+    steps = [int(name.removeprefix("step_")) for name in measured["validation"] if name != "average"]
+    assert steps and "average" in measured["validation"] and steps == sorted(steps)
+    assert set(measured["held_out"]) == {"trainer", "best checkpoint", "average", "last"}
 
 
 def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
