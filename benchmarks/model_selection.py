@@ -40,7 +40,7 @@ from sacrebleu.metrics import BLEU
 
 from transformer_mt.data.corpus import read_lines
 from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir, list_checkpoints, load_checkpoint, load_model_state, load_weights
+from transformer_mt.runs import RunDir, list_checkpoints, load_checkpoint, load_model_state
 from transformer_mt.translator import Translator
 
 AVERAGE = "average"
@@ -79,7 +79,7 @@ def rule_average(scores: dict[str, float]) -> str:
 
 
 def rule_last(scores: dict[str, float]) -> str:
-    return [name for name in scores if name != AVERAGE][-1]  # candidates are in step order
+    return [name for name in scores if name != AVERAGE][-1]  # the checkpoints are in step order
 
 
 RULES: dict[str, Callable[[dict[str, float]], str]] = {
@@ -104,17 +104,14 @@ def held_out_bleu(candidates: dict[str, Stats], splits: int, seed: int = 0) -> d
     return {rule: total / (2 * splits) for rule, total in totals.items()}
 
 
-def candidate_translators(run: Path) -> Iterator[tuple[str, Translator]]:
-    """The run's kept step checkpoints (in step order), then its average, each as a
-    Translator with the run's decoding settings."""
-    rundir = RunDir(run)
-    for path in list_checkpoints(rundir.checkpoints):
-        translator = Translator.from_run(run, device="cpu", checkpoint="last")
+def candidate_translators(rundir: RunDir, checkpoints: list[Path]) -> Iterator[tuple[str, Translator]]:
+    """One Translator with the run's decoding settings, holding in turn the run's average,
+    then each kept step checkpoint (in step order): one config, tokenizer and model loaded."""
+    translator = Translator.from_run(rundir.root, device="cpu", checkpoint=AVERAGE)
+    yield AVERAGE, translator
+    for path in checkpoints:
         load_model_state(translator.model, load_checkpoint(path)["model"], path, rundir.config)
         yield path.stem, translator
-    translator = Translator.from_run(run, device="cpu", checkpoint="last")
-    load_weights(translator.model, rundir.average)
-    yield AVERAGE, translator
 
 
 def measure_run(run: Path, splits: int) -> dict:
@@ -123,16 +120,17 @@ def measure_run(run: Path, splits: int) -> dict:
     if not rundir.average.is_file():
         raise UserError(f"{rundir.average}: missing; this compares a run's average with its checkpoints "
                         "(train with train.average_last > 0, or make one with `transformer-mt average`)")
-    if not list_checkpoints(rundir.checkpoints):
+    checkpoints = list_checkpoints(rundir.checkpoints)
+    if not checkpoints:
         raise UserError(f"{rundir.checkpoints}: no step_N.pt checkpoint to compare the average with")
     src_path, tgt_path = rundir.text_files(("valid",))
     sources, references = read_lines(src_path), read_lines(tgt_path)
-    candidates = {}
-    for name, translator in candidate_translators(run):
+    candidates, validation = {}, {}
+    for name, translator in candidate_translators(rundir, checkpoints):
         candidates[name] = sentence_stats(translator.translate(sources), references)
-        print(f"  {run.name} {name}: validation BLEU {corpus_bleu(candidates[name]):.2f}", flush=True)
-    return {"run": str(run), "validation": {name: corpus_bleu(s) for name, s in candidates.items()},
-            "held_out": held_out_bleu(candidates, splits)}
+        validation[name] = corpus_bleu(candidates[name])
+        print(f"  {run.name} {name}: validation BLEU {validation[name]:.2f}", flush=True)
+    return {"run": str(run), "validation": validation, "held_out": held_out_bleu(candidates, splits)}
 
 
 def main(argv: list[str] | None = None) -> int:
