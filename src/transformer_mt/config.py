@@ -198,6 +198,7 @@ class TrainConfig:
     adam_eps: float = 1e-9
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
+    rdrop_alpha: float = 0.0
     max_steps: int = 100000
     max_seconds: float = 0.0
     budget_minutes: float = 0.0
@@ -226,6 +227,7 @@ class TrainConfig:
         _require(self.adam_eps > 0, "train.adam_eps", "must be positive")
         _require(0.0 <= self.weight_decay < 1.0, "train.weight_decay", "must be in [0, 1) (0 = Adam, no decay)")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing", "must be in [0, 1)")
+        _require(self.rdrop_alpha >= 0, "train.rdrop_alpha", "must be >= 0 (0 = off: each sentence once)")
         _require(self.max_steps >= 1, "train.max_steps", "must be at least 1")
         _require(self.max_seconds >= 0, "train.max_seconds", "must be >= 0 (0 = no time limit)")
         _require(self.budget_minutes >= 0, "train.budget_minutes", "must be >= 0 (0 = no budget: train max_steps)")

@@ -53,6 +53,7 @@ def test_overrides_apply() -> None:
         ("--data.train_pairs=-1", "data.train_pairs: must be >= 0 (0 = every training pair)"),
         ("--model.decoder_layers=-1", "model.decoder_layers: must be >= 0 (0 = model.n_layers)"),
         ("--train.weight_decay=1.5", "train.weight_decay: must be in [0, 1) (0 = Adam, no decay)"),
+        ("--train.rdrop_alpha=-1", "train.rdrop_alpha: must be >= 0 (0 = off: each sentence once)"),
         ("--trian.seed=1", "trian: unknown section"),
     ],
 )

@@ -124,3 +124,37 @@ class LabelSmoothingLoss(torch.nn.Module):
         return SmoothedCrossEntropy.apply(
             logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id, never, with_grad
         )
+
+
+def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
+    """KL(P_a || P_b) + KL(P_b || P_a), summed over rows: (N, V), (N, V) -> scalar.
+
+    P = softmax(logits) row by row, in fp32. The two divergences add up to
+        sum_v (P_a - P_b)_v (log P_a - log P_b)_v,
+    one pass over the two rows instead of two."""
+    log_p = torch.log_softmax(logits_a.float(), dim=-1)  # (N, V)
+    log_q = torch.log_softmax(logits_b.float(), dim=-1)  # (N, V)
+    return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()
+
+
+class RDropLoss(torch.nn.Module):
+    """R-Drop (Liang et al., NeurIPS 2021): every sentence goes through the model twice,
+    under two dropout masks, and the two predicted distributions are pulled together.
+
+    `logits` (2N, V) are the two passes stacked, the first pass's N rows first; `target`
+    (2N,) their references, the same twice: real tokens only, as a task's loss view gives
+    them (padding never reaches the loss). With C the summed cross entropy of the wrapped
+    criterion, the loss is
+        (C_1 + C_2) / 2 + alpha / 4 * (KL(P_1 || P_2) + KL(P_2 || P_1)),
+    the paper's C_1 + C_2 + alpha / 2 * (KL + KL) halved so that a step on N tokens weighs
+    as much as a plain step (the learning rate means the same); with no dropout the two passes
+    are equal, the KL term is 0 and the loss is the plain one."""
+
+    def __init__(self, criterion: torch.nn.Module, alpha: float) -> None:
+        super().__init__()
+        self.criterion, self.alpha = criterion, alpha
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        n = target.numel() // 2
+        consistency = symmetric_kl(logits[:n], logits[n:])
+        return 0.5 * self.criterion(logits, target) + self.alpha / 4 * consistency

@@ -29,7 +29,7 @@ from transformer_mt.training.distributed import (
     all_reduce_sum, broadcast_object, gather_objects, rank_seed, threads_of_waiting_ranks,
 )
 from transformer_mt.training.hooks import Hook
-from transformer_mt.training.loss import perplexity
+from transformer_mt.training.loss import RDropLoss, perplexity
 from transformer_mt.training.schedule import Progress, Schedule, make_optimizer, make_schedule, set_lr
 from transformer_mt.training.task import Task
 
@@ -89,6 +89,16 @@ def _as_python_state(state) -> tuple:
     return version, tuple(internal), gauss
 
 
+def twice(batch: Any) -> Any:
+    """A batch followed by a copy of itself: every tensor field (B, ...) -> (2B, ...), the
+    token count doubled. The model sees each sentence twice in one forward pass (one pass,
+    not two, so DistributedDataParallel sees one forward per backward)."""
+    def double(value: Any) -> Any:
+        return torch.cat([value, value]) if isinstance(value, torch.Tensor) else 2 * value
+
+    return type(batch)(**{f.name: double(getattr(batch, f.name)) for f in fields(batch)})
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -134,6 +144,8 @@ class Trainer:
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
         self.schedule = schedule if schedule is not None else make_schedule(cfg.train, cfg.model.d_model)
         self.criterion = task.criterion(self.model)
+        if cfg.train.rdrop_alpha > 0:
+            self.criterion = RDropLoss(self.criterion, cfg.train.rdrop_alpha)
         self.batches = task.train_batches(cfg.train.seed, rank, world_size, cfg.train.accumulate)
         self.hooks = list(hooks)
         self.state = TrainState(best_metric=task.selection.metric)
@@ -158,6 +170,8 @@ class Trainer:
         local_tokens = sum(b.n_tokens for b in batches)
         n_tokens = int(all_reduce_sum([local_tokens], self.world_size)[0])
         scale = self.world_size / n_tokens
+        if self.cfg.train.rdrop_alpha > 0:  # each sentence twice, under two dropout masks (RDropLoss)
+            batches = [twice(batch) for batch in batches]
         total = 0.0
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
