@@ -15,7 +15,7 @@ from transformer_mt.config import load_config
 from transformer_mt.data.batching import collate
 from transformer_mt.runs import RunDir, load_checkpoint
 from transformer_mt.training import fit
-from transformer_mt.training.loss import LabelSmoothingLoss, RDropLoss, symmetric_kl, torch_smoothing
+from transformer_mt.training.loss import LabelSmoothingLoss, RDropLoss, SymmetricKL, symmetric_kl, torch_smoothing
 from transformer_mt.training.trainer import twice
 from transformer_mt.training.translation import TeacherForcing
 
@@ -34,14 +34,32 @@ def reference_rdrop(logits: torch.Tensor, target: torch.Tensor, epsilon: float, 
     return 0.5 * ce + alpha / 4 * (kl_ab + kl_ba)
 
 
-def test_symmetric_kl_is_both_of_torchs_divergences() -> None:
-    a, b = torch.randn(7, V), torch.randn(7, V)
-    log_a, log_b = F.log_softmax(a, -1), F.log_softmax(b, -1)
-    expected = (F.kl_div(log_b, log_a, log_target=True, reduction="sum")
-                + F.kl_div(log_a, log_b, log_target=True, reduction="sum"))
-    assert symmetric_kl(a, b) == pytest.approx(expected.item(), rel=1e-5)
-    assert symmetric_kl(a, b) > 0
-    assert symmetric_kl(a, a) == pytest.approx(0.0, abs=1e-6)
+def torch_symmetric_kl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    log_a, log_b = F.log_softmax(a.float(), -1), F.log_softmax(b.float(), -1)
+    return (F.kl_div(log_b, log_a, log_target=True, reduction="sum")  # KL(P_a || P_b)
+            + F.kl_div(log_a, log_b, log_target=True, reduction="sum"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_symmetric_kl_and_its_gradient_are_torchs(dtype: torch.dtype, monkeypatch) -> None:
+    """Both divergences and their gradients as torch's autograd gives them, over several
+    blocks of rows (a block of 4 here), in bf16 too."""
+    monkeypatch.setattr(SymmetricKL, "ROWS", 4)
+    a = (3 * torch.randn(10, V)).to(dtype).requires_grad_()
+    b = (3 * torch.randn(10, V)).to(dtype).requires_grad_()
+    got = symmetric_kl(a, b)
+    (2.5 * got).backward()
+    ours = a.grad.clone(), b.grad.clone()
+    a.grad = b.grad = None
+    expected = torch_symmetric_kl(a, b)
+    (2.5 * expected).backward()
+    assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+    tolerance = {"atol": 1e-6} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}  # bf16 rounding
+    assert torch.allclose(ours[0].float(), a.grad.float(), **tolerance)
+    assert torch.allclose(ours[1].float(), b.grad.float(), **tolerance)
+    assert got.item() > 0
+    with torch.no_grad():
+        assert symmetric_kl(a, a).item() == pytest.approx(0.0, abs=1e-6)
 
 
 @pytest.mark.parametrize("alpha", [0.5, 5.0])

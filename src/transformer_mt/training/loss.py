@@ -126,15 +126,50 @@ class LabelSmoothingLoss(torch.nn.Module):
         )
 
 
-def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
-    """KL(P_a || P_b) + KL(P_b || P_a), summed over rows: (N, V), (N, V) -> scalar.
+class SymmetricKL(torch.autograd.Function):
+    """KL(P || Q) + KL(Q || P) of two (N, V) blocks of logits, summed over rows, with its
+    gradient computed in the same pass, in blocks of rows that stay in the CPU cache (as
+    SmoothedCrossEntropy, for the same reason: written with autograd, its (N, V) fp32
+    passes made an R-Drop step 2.7x a plain one instead of ~2x).
 
-    P = softmax(logits) row by row, in fp32. The two divergences add up to
-        sum_v (P_a - P_b)_v (log P_a - log P_b)_v,
-    one pass over the two rows instead of two."""
-    log_p = torch.log_softmax(logits_a.float(), dim=-1)  # (N, V)
-    log_q = torch.log_softmax(logits_b.float(), dim=-1)  # (N, V)
-    return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()
+    With P = softmax(a), Q = softmax(b) and D = log P - log Q, the sum is sum_v (P - Q)_v D_v,
+    and differentiating softmax gives
+        d/da = P (D - KL(P || Q)) + P - Q,     d/db = Q (-D - KL(Q || P)) + Q - P."""
+
+    ROWS = 32
+
+    @staticmethod
+    def forward(ctx, logits_a: torch.Tensor, logits_b: torch.Tensor, with_grad: bool = True):
+        total = torch.zeros((), dtype=_accumulation_dtype(logits_a), device=logits_a.device)
+        grad_a = torch.empty_like(logits_a) if with_grad else None
+        grad_b = torch.empty_like(logits_b) if with_grad else None
+        for rows in _blocks(logits_a.size(0), SymmetricKL.ROWS):
+            p = torch.log_softmax(logits_a[rows].to(total.dtype), dim=-1)  # (R, V), log P for now
+            q = torch.log_softmax(logits_b[rows].to(total.dtype), dim=-1)  # (R, V), log Q for now
+            d = p - q  # (R, V)
+            p.exp_(), q.exp_()
+            kl_pq = (p * d).sum(dim=-1, keepdim=True)  # (R, 1)
+            kl_qp = -(q * d).sum(dim=-1, keepdim=True)  # (R, 1)
+            total += kl_pq.sum() + kl_qp.sum()
+            if with_grad:
+                grad_a[rows] = (d - kl_pq + 1.0).mul_(p).sub_(q)  # P (D - KL(P||Q) + 1) - Q
+                grad_b[rows] = d.neg_().sub_(kl_qp - 1.0).mul_(q).sub_(p)  # Q (-D - KL(Q||P) + 1) - P
+        ctx.grads = (grad_a, grad_b)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        grad_a, grad_b = ctx.grads
+        ctx.grads = None
+        scale = grad_output.to(grad_a.dtype)
+        return grad_a.mul_(scale), grad_b.mul_(scale), None
+
+
+def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
+    """KL(P_a || P_b) + KL(P_b || P_a), summed over rows: (N, V), (N, V) -> scalar, P =
+    softmax(logits) row by row, computed in fp32 (SymmetricKL)."""
+    with_grad = torch.is_grad_enabled() and (logits_a.requires_grad or logits_b.requires_grad)
+    return SymmetricKL.apply(logits_a, logits_b, with_grad)
 
 
 class RDropLoss(torch.nn.Module):
