@@ -130,7 +130,8 @@ class SymmetricKL(torch.autograd.Function):
     """KL(P || Q) + KL(Q || P) of two (N, V) blocks of logits, summed over rows, with its
     gradient computed in the same pass, in blocks of rows that stay in the CPU cache (as
     SmoothedCrossEntropy, for the same reason: written with autograd, its (N, V) fp32
-    passes made an R-Drop step 2.7x a plain one instead of ~2x).
+    passes took 0.344 s forward and backward for 2,000 x 8,000 bf16 logits on a 2-core
+    EPYC, this 0.036 s).
 
     With P = softmax(a), Q = softmax(b) and D = log P - log Q, the sum is sum_v (P - Q)_v D_v,
     and differentiating softmax gives
@@ -147,7 +148,8 @@ class SymmetricKL(torch.autograd.Function):
             p = torch.log_softmax(logits_a[rows].to(total.dtype), dim=-1)  # (R, V), log P for now
             q = torch.log_softmax(logits_b[rows].to(total.dtype), dim=-1)  # (R, V), log Q for now
             d = p - q  # (R, V)
-            p.exp_(), q.exp_()
+            p.exp_()  # P
+            q.exp_()  # Q
             kl_pq = (p * d).sum(dim=-1, keepdim=True)  # (R, 1)
             kl_qp = -(q * d).sum(dim=-1, keepdim=True)  # (R, 1)
             total += kl_pq.sum() + kl_qp.sum()
