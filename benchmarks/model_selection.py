@@ -41,9 +41,11 @@ from sacrebleu.metrics import BLEU
 from transformer_mt.data.corpus import read_lines
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, list_checkpoints, load_checkpoint, load_model_state
+from transformer_mt.training.task import Selection
 from transformer_mt.translator import Translator
 
 AVERAGE = "average"
+BLEU_SELECTION = Selection("bleu")  # the trainer's comparison (PreferAverage): strictly higher wins
 Stats = np.ndarray  # (sentences, 10): matches of 1-4-grams, 1-4-grams in the hypothesis, its length, the reference's
 
 
@@ -67,7 +69,7 @@ def corpus_bleu(stats: Stats) -> float:
 def rule_trainer(scores: dict[str, float]) -> str:
     """The run's rule: the best checkpoint, replaced by the average if the average beats it."""
     best = rule_best_checkpoint(scores)
-    return AVERAGE if AVERAGE in scores and scores[AVERAGE] > scores[best] else best
+    return AVERAGE if AVERAGE in scores and BLEU_SELECTION.better(scores[AVERAGE], scores[best]) else best
 
 
 def rule_best_checkpoint(scores: dict[str, float]) -> str:
