@@ -1,4 +1,5 @@
-"""Run by tests/integration/test_ddp.py under torchrun: train, then save this rank's weights.
+"""Run by tests/integration/test_ddp.py under torchrun: train, then save this rank's weights
+and the names of the threads left once training has returned (its process group destroyed).
 
 Rank 0 also records what a single-process reference needs to replay the run: the
 weights training starts from and the encoded training pairs the batches are cut from.
@@ -37,3 +38,6 @@ def record_then_train(self: Trainer):
 Trainer.train = record_then_train
 trainer = fit(cfg, run, progress=False)
 torch.save(trainer.model.state_dict(), os.path.join(out, f"rank{os.environ['RANK']}.pt"))
+threads = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
+with open(os.path.join(out, f"rank{os.environ['RANK']}_threads.json"), "w", encoding="utf-8") as handle:
+    json.dump(threads, handle)

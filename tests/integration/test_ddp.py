@@ -87,6 +87,10 @@ def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_p
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     saved = torch.load(tmp_path / "run" / "checkpoints" / f"step_{STEPS}.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], rank0[k]) for k in rank0)
+    # fit destroyed the process group, and with it gloo's threads (none is left for interpreter shutdown)
+    for r in range(WORLD_SIZE):
+        threads = json.loads((tmp_path / f"rank{r}_threads.json").read_text())
+        assert threads and not [name for name in threads if "gloo" in name], threads
     # both ranks map the one copy of the data rank 0 prepared (shared through the page cache)
     mapped = [json.loads((tmp_path / f"rank{r}_data.json").read_text()) for r in range(WORLD_SIZE)]
     prepared = (tmp_path / "run" / "prepared").resolve()

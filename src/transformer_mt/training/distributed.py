@@ -43,9 +43,22 @@ def setup_distributed(device_name: str = "auto") -> tuple[DistributedContext, to
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
+        import_before_the_group()
         # ranks other than 0 wait while rank 0 validates: allow an hour, not NCCL's 10 minutes
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(hours=1))
     return DistributedContext(rank, local_rank, world_size), device
+
+
+def import_before_the_group() -> None:
+    """Import torch.distributed.nn.functional before the process group exists. DDP imports it
+    on first use, and its functions take `group=group.WORLD` as a default argument, evaluated at
+    import: imported after init_process_group, they hold the default group forever, so
+    destroy_process_group cannot free it and gloo's worker threads outlive it into interpreter
+    shutdown. A worker thread still releasing its last collective's tensors then needs the GIL
+    while Python finalizes, and the process aborts ("terminate called without an active
+    exception"; seen once in CI, on a torchrun worker that had finished). Imported first, the
+    defaults are None and destroy_process_group frees the group, joining its threads."""
+    import torch.distributed.nn.functional  # noqa: F401
 
 
 def end_with_launcher() -> None:

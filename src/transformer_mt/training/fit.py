@@ -129,6 +129,7 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
     cfg = resolve_run_config(cfg, run)
     new_run = not run.config.is_file()
     ctx, device = setup_distributed(cfg.train.device)
+    trainer: Trainer | None = None
     try:
         with removed_on_failure(run, active=new_run and ctx.is_main):
             task = make_task(cfg, run, ctx, progress)
@@ -157,4 +158,6 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
         barrier(ctx)  # no rank tears the process group down while another still writes or reduces
         return trainer
     finally:
+        if trainer is not None:
+            trainer.release_process_group()
         cleanup(ctx)

@@ -156,6 +156,13 @@ class Trainer:
         self.progress = progress and rank == 0
         self._writer = None
 
+    def release_process_group(self) -> None:
+        """Unwrap DDP once training is over. Its Reducer holds the process group, so without this
+        destroy_process_group (distributed.cleanup) could not free the group and join gloo's
+        threads while Python still runs (see distributed.import_before_the_group)."""
+        if isinstance(self.wrapped, nn.parallel.DistributedDataParallel):
+            self.wrapped = self.wrapped.module
+
     # ---- one optimizer step -------------------------------------------------------
     def autocast(self):
         return autocast(self.device, self.precision)
