@@ -8,6 +8,7 @@ Every rank records which files its training arrays are memory-mapped from."""
 import json
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -38,6 +39,6 @@ def record_then_train(self: Trainer):
 Trainer.train = record_then_train
 trainer = fit(cfg, run, progress=False)
 torch.save(trainer.model.state_dict(), os.path.join(out, f"rank{os.environ['RANK']}.pt"))
-threads = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
+threads = [Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task")]
 with open(os.path.join(out, f"rank{os.environ['RANK']}_threads.json"), "w", encoding="utf-8") as handle:
     json.dump(threads, handle)
