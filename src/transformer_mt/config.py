@@ -83,6 +83,7 @@ class ModelConfig:
     dropout: float = field(default=0.1, metadata=NOT_A_SHAPE)
     attention_dropout: float = field(default=SAME_AS_DROPOUT, metadata=NOT_A_SHAPE)
     activation_dropout: float = field(default=SAME_AS_DROPOUT, metadata=NOT_A_SHAPE)
+    source_word_dropout: float = field(default=0.0, metadata=NOT_A_SHAPE)
     norm_first: bool = True
     tie_embeddings: bool = True
     share_vocab: bool = True
@@ -114,6 +115,9 @@ class ModelConfig:
             value = getattr(self, key)
             _require(value == SAME_AS_DROPOUT or 0.0 <= value < 1.0, f"model.{key}",
                      f"must be in [0, 1), or {SAME_AS_DROPOUT:g} for the same as model.dropout")
+        _require(0.0 <= self.source_word_dropout < 1.0, "model.source_word_dropout", "must be in [0, 1) (0 = none)")
+        _require(self.source_word_dropout == 0.0 or self.arch == "encoder_decoder", "model.source_word_dropout",
+                 "drops a translator's source words; a decoder_only model has no source (set 0)")
         _require(self.max_positions >= 2, "model.max_positions", "must be at least 2")
         _require(self.src_vocab_size >= 0, "model.src_vocab_size", "must be >= 0 (0 = from the tokenizer)")
         _require(self.tgt_vocab_size >= 0, "model.tgt_vocab_size", "must be >= 0 (0 = from the tokenizer)")

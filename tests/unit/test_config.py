@@ -148,7 +148,7 @@ def test_shape_keys_are_the_model_fields_but_the_dropouts() -> None:
     from transformer_mt.config import ModelConfig
 
     keys = ModelConfig.shape_keys()
-    assert not {"dropout", "attention_dropout", "activation_dropout"} & set(keys)
+    assert not {"dropout", "attention_dropout", "activation_dropout", "source_word_dropout"} & set(keys)
     assert {"n_layers", "decoder_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
             "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout", "positional", "arch", "scale_embeddings"} == set(keys)
 
