@@ -159,7 +159,7 @@ def our_train_step(shape: Shape):
         batch = BlockBatch.of(sequences.numpy())
         with autocast(CPU, precision):
             logits, target = view(batch)
-        loss = criterion(logits, target) / batch.n_tokens
+        loss = criterion(logits, target, 1.0 / batch.n_tokens)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

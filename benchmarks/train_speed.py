@@ -139,7 +139,7 @@ class Ours(nn.Module):
     def loss(self, batch, autocast) -> torch.Tensor:
         with autocast:
             logits, target = self(batch)
-        return self.criterion(logits, target) / batch.n_tokens
+        return self.criterion(logits, target, 1.0 / batch.n_tokens)
 
     def optimizer(self) -> torch.optim.Optimizer:
         """The trainer's Adam (fused: one kernel for every parameter)."""

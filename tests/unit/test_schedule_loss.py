@@ -179,6 +179,25 @@ def test_fused_loss_in_blocks_scales_the_gradient_by_the_incoming_one(monkeypatc
         torch.testing.assert_close(LabelSmoothingLoss(11, 0, 0.1)(logits, target), expected.detach())
 
 
+@pytest.mark.parametrize("after", [1.0, 3.0])
+def test_fused_loss_scaled_in_its_blocks_equals_the_reference_divided_by_the_tokens(monkeypatch, after) -> None:
+    """scale = 1 / tokens, as the trainer passes it; `after` multiplies the result again (an
+    incoming gradient that is not 1, as R-Drop's half gives)."""
+    monkeypatch.setattr(SmoothedCrossEntropy, "ROWS", 7)
+    torch.manual_seed(4)
+    logits = torch.randn(30, 11, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 11, (30,))
+    target[5] = 0
+    n_tokens = int((target != 0).sum())
+    loss = LabelSmoothingLoss(11, 0, 0.1)(logits, target, 1.0 / n_tokens) * after
+    loss.backward()
+    reference = logits.detach().clone().requires_grad_()
+    expected = torch_smoothed_cross_entropy(reference, target, 0, 0.1) / n_tokens * after
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(logits.grad, reference.grad)
+
+
 def test_fused_loss_without_smoothing_is_the_negative_log_likelihood() -> None:
     logits = torch.randn(5, 9, dtype=torch.float64)
     target = torch.tensor([1, 2, 3, 4, 5])

@@ -186,7 +186,7 @@ class Trainer:
             with sync:
                 with self.autocast():
                     logits, target = self.wrapped(batch)
-                loss = self.criterion(logits, target) * scale
+                loss = self.criterion(logits, target, scale)
                 loss.backward()
             total += loss.item() / self.world_size
         grad_norm = 0.0
