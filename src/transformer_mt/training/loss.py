@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -207,3 +208,23 @@ class RDropLoss(torch.nn.Module):
         n = target.numel() // 2
         consistency = symmetric_kl(logits[:n], logits[n:])
         return self.criterion(logits, target, 0.5 * scale) + self.alpha / 4 * scale * consistency
+
+
+class Scaled(torch.nn.Module):
+    """A criterion without a `scale` argument (torch's nn.CrossEntropyLoss(reduction="sum"),
+    a task's own loss) given the interface the trainer calls: loss(logits, target, scale)
+    is the wrapped loss times scale, computed after it (LabelSmoothingLoss instead applies
+    the scale inside its blocks, which saves a pass over the N x V gradient)."""
+
+    def __init__(self, criterion: torch.nn.Module) -> None:
+        super().__init__()
+        self.criterion = criterion
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.criterion(logits, target) * scale
+
+
+def with_scale(criterion: torch.nn.Module) -> torch.nn.Module:
+    """`criterion` itself if its forward takes a `scale`, else the criterion wrapped in Scaled."""
+    takes_scale = "scale" in inspect.signature(criterion.forward).parameters
+    return criterion if takes_scale else Scaled(criterion)

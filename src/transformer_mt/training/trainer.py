@@ -29,7 +29,7 @@ from transformer_mt.training.distributed import (
     all_reduce_sum, broadcast_object, gather_objects, rank_seed, threads_of_waiting_ranks,
 )
 from transformer_mt.training.hooks import Hook
-from transformer_mt.training.loss import RDropLoss, perplexity
+from transformer_mt.training.loss import RDropLoss, perplexity, with_scale
 from transformer_mt.training.schedule import Progress, Schedule, make_optimizer, make_schedule, set_lr
 from transformer_mt.training.task import Task
 
@@ -143,7 +143,7 @@ class Trainer:
             )
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
         self.schedule = schedule if schedule is not None else make_schedule(cfg.train, cfg.model.d_model)
-        self.criterion = task.criterion(self.model)
+        self.criterion = with_scale(task.criterion(self.model))  # loss(logits, target, scale)
         if cfg.train.rdrop_alpha > 0:
             self.criterion = RDropLoss(self.criterion, cfg.train.rdrop_alpha)
         self.batches = task.train_batches(cfg.train.seed, rank, world_size, cfg.train.accumulate)
