@@ -215,11 +215,12 @@ def test_a_criterion_without_scale_is_wrapped_and_multiplied_by_it() -> None:
     torch.manual_seed(5)
     logits = torch.randn(6, 11, dtype=torch.float64, requires_grad=True)
     target = torch.randint(0, 11, (6,))
-    wrapped(logits, target, 0.25).backward()
+    loss = wrapped(logits, target, 0.25)
+    loss.backward()
     reference = logits.detach().clone().requires_grad_()
     expected = F.cross_entropy(reference, target, reduction="sum") / 4
     expected.backward()
-    torch.testing.assert_close(wrapped(logits, target, 0.25), expected)
+    torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(logits.grad, reference.grad)
 
 
