@@ -175,7 +175,7 @@ def recipe(preset: str | Path, overrides: list[str]) -> str:
 # Config keys added after the first recorded runs, with the default that trains as before
 # they existed: left out of the fingerprint while they hold it, so earlier records still match.
 ADDED_KEYS = {("model", "decoder_layers"): 0, ("train", "weight_decay"): 0.0, ("train", "rdrop_alpha"): 0.0,
-              ("model", "source_word_dropout"): 0.0}
+              ("model", "source_word_dropout"): 0.0, ("model", "embedding_init"): "xavier"}
 
 
 def key(record: dict) -> tuple:

@@ -28,6 +28,7 @@ ARCHS = ("encoder_decoder", "decoder_only")  # the paper's translator, or a GPT-
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
 VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sentencepiece_tokenizer.py
 POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
+EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: model/transformer.py initialize
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
 
@@ -95,6 +96,7 @@ class ModelConfig:
     positional: str = "sinusoidal"
     arch: str = "encoder_decoder"
     scale_embeddings: bool = True
+    embedding_init: str = field(default="xavier", metadata=NOT_A_SHAPE)
 
     def validate(self) -> None:
         _require(self.arch in ARCHS, "model.arch", f"must be one of {', '.join(ARCHS)}")
@@ -125,6 +127,8 @@ class ModelConfig:
         _require(self.positional_layout in POSITIONAL_LAYOUTS, "model.positional_layout",
                  f"must be one of {', '.join(POSITIONAL_LAYOUTS)}")
         _require(self.positional in POSITIONALS, "model.positional", f"must be one of {', '.join(POSITIONALS)}")
+        _require(self.embedding_init in EMBEDDING_INITS, "model.embedding_init",
+                 f"must be one of {', '.join(EMBEDDING_INITS)}")
 
     @property
     def n_decoder_layers(self) -> int:

@@ -68,7 +68,8 @@ def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
 
 
 # A value other than the default for each of time_to_quality.ADDED_KEYS: it must change the fingerprint.
-CHANGED = {"decoder_layers": 1, "weight_decay": 0.5, "rdrop_alpha": 1.0, "source_word_dropout": 0.1}
+CHANGED = {"decoder_layers": 1, "weight_decay": 0.5, "rdrop_alpha": 1.0, "source_word_dropout": 0.1,
+           "embedding_init": "normal"}
 
 
 def test_the_committed_results_hold_runs_of_the_presets_as_they_are() -> None:

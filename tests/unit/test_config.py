@@ -50,6 +50,7 @@ def test_overrides_apply() -> None:
         ("--model.activation=tanh", "model.activation: must be one of relu, swish, gelu"),
         ("--model.positional_layout=random", "model.positional_layout: must be one of interleaved, halves"),
         ("--model.positional=rotary", "model.positional: must be one of sinusoidal, learned"),
+        ("--model.embedding_init=uniform", "model.embedding_init: must be one of xavier, normal"),
         ("--data.train_pairs=-1", "data.train_pairs: must be >= 0 (0 = every training pair)"),
         ("--model.decoder_layers=-1", "model.decoder_layers: must be >= 0 (0 = model.n_layers)"),
         ("--train.weight_decay=1.5", "train.weight_decay: must be in [0, 1) (0 = Adam, no decay)"),
@@ -144,11 +145,11 @@ def test_schedule_and_averaging_keys_are_checked(override: str, message: str) ->
         load_config("tiny", [f"--{override}"])
 
 
-def test_shape_keys_are_the_model_fields_but_the_dropouts() -> None:
+def test_shape_keys_are_the_model_fields_but_the_dropouts_and_the_embedding_init() -> None:
     from transformer_mt.config import ModelConfig
 
     keys = ModelConfig.shape_keys()
-    assert not {"dropout", "attention_dropout", "activation_dropout", "source_word_dropout"} & set(keys)
+    assert not {"dropout", "attention_dropout", "activation_dropout", "source_word_dropout", "embedding_init"} & set(keys)
     assert {"n_layers", "decoder_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
             "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout", "positional", "arch", "scale_embeddings"} == set(keys)
 

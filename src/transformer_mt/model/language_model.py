@@ -65,7 +65,7 @@ def build_language_model(cfg: ModelConfig) -> DecoderOnly:
     generator = Generator(cfg.d_model, cfg.tgt_vocab_size)
     decoder = Decoder(layer_arguments(cfg), cfg.n_layers, cfg.norm_first, cross_attention=False)
     model = DecoderOnly(decoder, embed, generator, positional_module(cfg))
-    initialize(model)
+    initialize(model, cfg.embedding_init)
     if cfg.tie_embeddings:
         generator.proj.weight = embed.lut.weight
     return model

@@ -106,8 +106,9 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
 
     Tying (section 3.4): the generator shares its weight with the target embedding when
     `tie_embeddings`; the source embedding shares it too when `share_vocab`. Every matrix
-    gets Xavier-uniform init, the tied embedding included (a default N(0, 1) embedding
-    multiplied by sqrt(d_model) swamps the positional encoding and training stalls).
+    gets Xavier-uniform init, the tied embedding included unless `embedding_init` is
+    "normal" (initialize says what each gives; a default N(0, 1) embedding multiplied by
+    sqrt(d_model) would swamp the positional encoding and training stalls).
 
     Positions (`positional`): the sinusoid of section 3.5, or a learned table (Table 3
     row E) that keeps its own initialisation (embeddings.LearnedPositionalEmbedding).
@@ -135,7 +136,7 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         positional_module(cfg),
         cfg.source_word_dropout,
     )
-    initialize(model)
+    initialize(model, cfg.embedding_init)
     if cfg.tie_embeddings:
         generator.proj.weight = tgt_embed.lut.weight
     return model
@@ -155,12 +156,19 @@ def positional_module(cfg: ModelConfig) -> PositionalEncoding | LearnedPositiona
     return PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions, cfg.positional_layout)
 
 
-def initialize(model: nn.Module) -> None:
+def initialize(model: nn.Module, embedding_init: str = "xavier") -> None:
     """Xavier-uniform for every matrix, zero biases. In attention, W^Q, W^K and W^V are
     each initialised as the d_model x d_model matrix the paper describes, though they are
     stored stacked in one (3 d_model, d_model) `in_proj`: its rows then have the spread
     of a d x d matrix (std sqrt(1 / d_model)), not of one 3d x d matrix (sqrt(1 / 2 d_model)).
-    A learned positional table is drawn anew by its own rule (not Xavier)."""
+    A learned positional table is drawn anew by its own rule (not Xavier).
+
+    The token embedding (V, d_model): Xavier gives it a std of sqrt(2 / (V + d_model)), so
+    with a vocabulary of 8,000 and d_model 128 a scaled embedding (times sqrt(d_model)) has
+    entries of std ~0.18 against the positional encoding's ~0.71: the positions dominate
+    the sum. `embedding_init` "normal" draws it from N(0, d_model^-0.5) instead, as
+    tensor2tensor and fairseq do, so the scaled embedding has unit variance: the footing
+    the sqrt(d_model) of section 3.4 assumes."""
     attention_parts = set()
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
@@ -174,3 +182,7 @@ def initialize(model: nn.Module) -> None:
             nn.init.xavier_uniform_(module.weight)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
+    if embedding_init == "normal":
+        for module in model.modules():
+            if isinstance(module, Embeddings):
+                nn.init.normal_(module.lut.weight, mean=0.0, std=module.d_model ** -0.5)
