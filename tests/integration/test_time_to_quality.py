@@ -213,21 +213,20 @@ def test_ema_decays_are_validated_and_recorded_beside_the_average(tmp_path: Path
 
 
 def test_runs_of_a_much_faster_host_are_charted_apart() -> None:
-    """A budget is minutes: a host with 2.3 times the bf16 peak trains far more steps in them,
-    so its run is drawn apart and left out of the budget's mean; hosts within 1.5 times of the
-    median, and records without peaks, stay in."""
+    """A budget is minutes: a host that trains 1.8 times the steps a minute is drawn apart and
+    left out of the budget's mean; runs within 1.5 times the median steps a minute stay in,
+    whatever their host's bf16 peak (a Xeon with AMX: six times the peak, the same steps)."""
     ttq = load_benchmark("time_to_quality")
 
-    def run(bleu: float, bf16: float | None) -> dict:
-        record = {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 58.0, "steps": 100,
-                  "test": {"test_2016_flickr": {"bleu": bleu}}}
-        if bf16 is not None:
-            record["peaks_gflops"] = {"fp32": 180.0, "bf16": bf16}
-        return record
+    def run(bleu: float, steps: int, bf16: float) -> dict:
+        return {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 58.0, "steps": steps,
+                "test": {"test_2016_flickr": {"bleu": bleu}}, "peaks_gflops": {"fp32": 180.0, "bf16": bf16}}
 
-    slow, slower, fast, unknown = run(40.0, 410.0), run(39.0, 395.0), run(41.2, 948.0), run(39.5, None)
-    typical, faster = ttq.split_by_host([slow, slower, fast, unknown], [slow, slower, fast, unknown])
-    assert typical == [slow, slower, unknown] and faster == [fast]
+    slow, slower, fast, amx = run(40.0, 8700, 410.0), run(39.0, 8100, 395.0), run(41.2, 15600, 948.0), run(39.5, 8127, 2459.0)
+    typical, faster = ttq.split_by_host([slow, slower, fast, amx], [slow, slower, fast, amx])
+    assert typical == [slow, slower, amx] and faster == [fast]
     assert ttq.budget_means(typical) == [(58.0, pytest.approx(39.5))]
     assert ttq.split_by_host([slow, fast], [slow, slower, fast]) == ([slow], [fast])
-    assert ttq.split_by_host([unknown], [unknown]) == ([unknown], [])
+    half_hour = dict(slow, budget_minutes=30.0, train_minutes=28.0, steps=4100)  # the same pace: stays in
+    assert ttq.split_by_host([half_hour], [slow, slower, half_hour]) == ([half_hour], [])
+    assert ttq.split_by_host([amx], []) == ([amx], [])
