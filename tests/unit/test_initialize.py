@@ -67,5 +67,6 @@ def test_a_normal_embedding_init_gives_scaled_embeddings_unit_variance() -> None
     # Xavier's spread at V = 8,000 is 4x smaller at d_model 256 (5.6x at 128): the reason the choice exists
     default = float(xavier.tgt_embed.lut.weight.detach().std())
     assert abs(default - xavier_std(8000, D_MODEL)) < 0.03 * xavier_std(8000, D_MODEL) and default < 0.26 * float(weight.std())
-    changed = {name for name, p in normal.state_dict().items() if not torch.equal(p, xavier.state_dict()[name])}
+    reference = xavier.state_dict()
+    changed = {name for name, p in normal.state_dict().items() if not torch.equal(p, reference[name])}
     assert changed == {"src_embed.lut.weight", "tgt_embed.lut.weight", "generator.proj.weight"}
