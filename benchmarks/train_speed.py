@@ -15,7 +15,14 @@ tokens of a sentence:
     useful = 3 * (encoder + decoder + generator)
 
 Ours is timed with the trainer's optimizer (make_optimizer: fused Adam), nn.Transformer with
-torch.optim.Adam's default, as a PyTorch user writes it. nn.Transformer has one dropout for
+torch.optim.Adam's default, as a PyTorch user writes it; both at learning rate LR (1e-4).
+Until 2026-11-29 ours ran at make_optimizer's placeholder lr of 1.0 (the trainer's schedule
+sets the real one every step): within a few steps its logits had a standard deviation of ~80,
+and the loss's exp of scores far below the maximum (a slow path on the CPU) made its blocks
+several times slower than in training. The same host, one run each before and after, target
+tokens/s ours / nn.Transformer: small bf16 4,083 / 3,403 (1.20x) -> 5,251 / 3,559 (1.48x), the
+recipe's shape bf16 5,817 / 4,464 (1.30x) -> 7,653 / 4,653 (1.64x) (docs/benchmarks.md). Every
+ratio this file and docs/benchmarks.md give from before that date understates ours. nn.Transformer has one dropout for
 everything; it gets the preset's model.dropout (the multi30k recipe drops only sub-layer
 outputs, so there it also drops attention weights and FFN activations, which costs it time).
 
@@ -59,12 +66,13 @@ from transformer_mt.model import build_model
 from transformer_mt.model.embeddings import PositionalEncoding
 from transformer_mt.device import has_fast_bf16, reuse_freed_memory
 from transformer_mt.training.loss import LabelSmoothingLoss
-from transformer_mt.training.schedule import make_optimizer
+from transformer_mt.training.schedule import make_optimizer, set_lr
 from transformer_mt.training.translation import TeacherForcing
 
 from _timing import matmul_peaks, now  # benchmarks/_timing.py
 
 VOCAB, PAD = 8000, 0
+LR = 1e-4  # both models' learning rate: small steps keep the logits in a trained model's range
 
 
 def make_batches(n_batches: int, target_tokens: int = 4000, seed: int = 0) -> list:
@@ -145,8 +153,11 @@ class Ours(nn.Module):
         return self.criterion(logits, target, 1.0 / batch.n_tokens)
 
     def optimizer(self) -> torch.optim.Optimizer:
-        """The trainer's Adam (fused: one kernel for every parameter)."""
-        return make_optimizer(self.parameters(), self.train_cfg)
+        """The trainer's Adam (fused: one kernel for every parameter), at nn.Transformer's
+        learning rate (the trainer's schedule would set it each step)."""
+        optimizer = make_optimizer(self.parameters(), self.train_cfg)
+        set_lr(optimizer, LR)
+        return optimizer
 
 
 def compiled(model: nn.Module) -> nn.Module:
@@ -155,13 +166,18 @@ def compiled(model: nn.Module) -> nn.Module:
     return model
 
 
+def make_benchmark_optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    """Adam at learning rate LR for either model: ours the trainer's (fused), nn.Transformer
+    PyTorch's default implementation, as a PyTorch user writes it."""
+    if isinstance(model, Ours):
+        return model.optimizer()
+    return torch.optim.Adam(model.parameters(), lr=LR, betas=(0.9, 0.98), eps=1e-9)
+
+
 def time_steps(model: nn.Module, batches: list, dtype: str, warmup: int, device: torch.device) -> tuple[float, int]:
     """Seconds and target tokens of len(batches) - warmup timed training steps."""
     model.to(device).train()
-    if isinstance(model, Ours):
-        optimizer = model.optimizer()
-    else:  # what a PyTorch user writes: the default implementation
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    optimizer = make_benchmark_optimizer(model)
     seconds, tokens = 0.0, 0
     if device.type == "cuda":  # kernels and attention plans are chosen per shape: see every batch once
         batches = batches + batches

@@ -19,3 +19,28 @@ def test_the_unknown_word_share_by_hand() -> None:
     """benchmarks/notes_bugs.py: a vocabulary of 'a b' and 'c' misses 'd' (1 of 4 test words,
     in 1 of 2 test sentences)."""
     assert load_benchmark("notes_bugs").unknown_share(["a b", "c"], ["a d", "c c"]) == (0.25, 0.5, 3)
+
+
+@pytest.mark.parametrize("impl", ["ours", "nn.Transformer"])
+def test_train_speed_steps_both_models_at_the_same_small_learning_rate(impl: str) -> None:
+    """benchmarks/train_speed.py: Adam's first step moves every parameter by at most its
+    learning rate (m / sqrt(v) = sign(g) after bias correction), so each model's largest
+    change is LR. The trainer's optimizer alone has lr 1.0 until the schedule sets it: timed
+    that way, our model's logits blew up within steps and made its loss several times slower."""
+    import torch
+
+    from transformer_mt.config import load_config, replace
+
+    bench = load_benchmark("train_speed")
+    full = load_config("small")
+    cfg = replace(full.model, n_layers=1, d_model=16, d_ff=32, n_heads=2, src_vocab_size=bench.VOCAB,
+                  tgt_vocab_size=bench.VOCAB)
+    torch.manual_seed(0)
+    model = (bench.Ours(replace(full, model=cfg)) if impl == "ours" else
+             bench.TorchTransformer(cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, 0.0, cfg.norm_first))
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = bench.make_benchmark_optimizer(model)
+    model.loss(bench.make_batches(1, target_tokens=200)[0], torch.autocast("cpu", enabled=False)).backward()
+    optimizer.step()
+    largest = max(float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before))
+    assert bench.LR * 0.5 < largest <= bench.LR * 1.001
