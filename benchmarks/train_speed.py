@@ -16,15 +16,17 @@ tokens of a sentence:
 
 Ours is timed with the trainer's optimizer (make_optimizer: fused Adam), nn.Transformer with
 torch.optim.Adam's default, as a PyTorch user writes it; both at learning rate LR (1e-4).
-Until 2026-11-29 ours ran at make_optimizer's placeholder lr of 1.0 (the trainer's schedule
-sets the real one every step): within a few steps its logits had a standard deviation of ~80,
-and its loss took 76-220 ms a step at the recipe's shape in bf16, against ~56 ms for a trained
-model's real Multi30k batches (logits within -20..16) on the same host. The same host, one run each before and after, target
-tokens/s ours / nn.Transformer: small bf16 4,083 / 3,403 (1.20x) -> 5,251 / 3,559 (1.48x), the
-recipe's shape bf16 5,817 / 4,464 (1.30x) -> 7,653 / 4,653 (1.64x) (docs/benchmarks.md). Every
-ratio this file and docs/benchmarks.md give from before that date understates ours. nn.Transformer has one dropout for
-everything; it gets the preset's model.dropout (the multi30k recipe drops only sub-layer
-outputs, so there it also drops attention weights and FFN activations, which costs it time).
+nn.Transformer has one dropout for everything; it gets the preset's model.dropout (the
+multi30k recipe drops only sub-layer outputs, so there it also drops attention weights and FFN
+activations, which costs it time).
+
+From 2026-11-25 to 2026-11-29 ours ran at make_optimizer's placeholder lr of 1.0 (the trainer's
+schedule sets the real one every step): within a few steps its logits had a standard deviation
+of ~80, and its loss took 76-220 ms a step at the recipe's shape in bf16, against ~56 ms for a
+trained model's real Multi30k batches (logits within -20..16) on the same host. One run before
+the fix and one after, the same host, target tokens/s ours / nn.Transformer: small bf16 4,083 /
+3,403 (1.20x) -> 5,251 / 3,559 (1.48x); the recipe's shape bf16 5,817 / 4,464 (1.30x) -> 7,653 /
+4,653 (1.64x) (docs/benchmarks.md). The ratios measured in those days understate ours.
 
 What made our step faster, each measured side by side on a 2-core CPU (docs/benchmarks.md):
   - the label-smoothed loss on real target tokens only, fused into two cache-sized passes over
