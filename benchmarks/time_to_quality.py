@@ -21,6 +21,14 @@ trained 1.5 times the others' steps per minute or more, on a faster host, is hol
 of the mean), with
 the 2-hour recipe's published BLEU as a reference line.
 
+--lowercase trains and scores on lowercased copies of the data folder's files (written under
+--out): Transformer-Tiny's 41.02 (Wu et al., ACL 2021), which issue 25 measures the recipe
+against, was trained and tested on Multi30k's lowercased, tokenized text (the multimodal
+translation task's *.lc.norm.tok files), so a lowercased run is the like-for-like comparison for
+the lowercased-tokenized column. Its output is lowercase, so its cased column means nothing: it
+is a recipe of its own (its fingerprint says so), listed apart in the table and left off the
+chart of cased BLEU.
+
 --ema 0.998,0.999 answers the issue's other question, checkpoint averaging or an
 exponential moving average of the weights (EMA): the run also keeps an EMA of
 its weights for each decay (updated after every step from the end of the calibration on),
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gzip
 import hashlib
 import json
 import logging
@@ -52,6 +61,7 @@ from transformer_mt.config import load_config, parse_override  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
+from transformer_mt.files import atomic_open  # noqa: E402
 from transformer_mt.runs import read_events  # noqa: E402
 from transformer_mt.runs import load_weights, save_weights  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
@@ -72,6 +82,18 @@ def data_overrides(folder: Path, src: str, tgt: str) -> list[str]:
     files = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
     return [f"--data.{split}_{side}={folder / f'{name}.{lang}.gz'}"
             for split, name in files.items() for side, lang in (("src", src), ("tgt", tgt))]
+
+
+def lowercased_copy(folder: Path, out: Path) -> Path:
+    """`out` holding every SPLIT.LANG.gz of `folder` lowercased line by line (str.lower, as
+    Moses' lowercase.perl), each written atomically; the lowercased folder, for --data."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.glob("*.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            text = handle.read()
+        with atomic_open(out / path.name, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as handle:
+            handle.write(text.lower())
+    return out
 
 
 def test_scores(run: Path, folder: Path, src: str, tgt: str, weights: Path | None = None) -> dict[str, dict[str, float]]:
@@ -122,11 +144,12 @@ class WeightEMA(Hook):
             save_weights(best[1], trainer.run.root / "ema.safetensors")
 
 
-def run_folder(out: Path, preset: str | Path, budget: float, overrides: list[str], again: bool) -> Path:
+def run_folder(out: Path, preset: str | Path, budget: float, overrides: list[str], again: bool,
+               lowercase: bool = False) -> Path:
     """The folder of a run of `preset` with `overrides` under `budget` minutes, named by the
     recipe's fingerprint: a run left there is resumed only if it trains the same config (a
     preset changed since has a new folder), and `again` puts a new run beside the earlier ones."""
-    name = f"{Path(preset).stem}_{budget:g}m_{recipe(preset, overrides)}"
+    name = f"{Path(preset).stem}_{budget:g}m_{recipe(preset, overrides, lowercase)}"
     run, n = out / name, 1
     while run.exists() and again:
         n += 1
@@ -137,7 +160,7 @@ def run_folder(out: Path, preset: str | Path, budget: float, overrides: list[str
 def train_and_score(preset: str, budget: float, overrides: list[str], args: argparse.Namespace) -> dict:
     """One run of `preset` under `budget` minutes, scored; its record for the results file."""
     src, tgt = LANGUAGES[preset]
-    run = run_folder(args.out, preset, budget, overrides, args.again)
+    run = run_folder(args.out, preset, budget, overrides, args.again, args.lowercase)
     cfg = load_config(preset, data_overrides(args.data, src, tgt) + [f"--train.budget_minutes={budget}"] + overrides)
     start = time.perf_counter()
     ema = [WeightEMA([float(d) for d in args.ema.split(",")])] if args.ema else []
@@ -155,17 +178,20 @@ def train_and_score(preset: str, budget: float, overrides: list[str], args: argp
     return {**extra, "preset": preset, "budget_minutes": budget, "overrides": overrides, "steps": trainer.state.step,
             "train_minutes": trainer.state.train_seconds / 60, "wall_minutes": (time.perf_counter() - start) / 60,
             "valid_bleu": chosen, "test": test_scores(run, args.data, src, tgt), "run": str(run),
-            "recipe": recipe(preset, overrides), "date": date.today().isoformat(), "peaks_gflops": args.peaks,
-            "torch": torch.__version__}
+            "recipe": recipe(preset, overrides, args.lowercase), "date": date.today().isoformat(),
+            "peaks_gflops": args.peaks, "torch": torch.__version__, **({"lowercase": True} if args.lowercase else {})}
 
 
-def recipe(preset: str | Path, overrides: list[str]) -> str:
+def recipe(preset: str | Path, overrides: list[str], lowercase: bool = False) -> str:
     """A fingerprint of what a run trains: the config of `preset` with `overrides`, without
-    the data files and the budget (given apart). A run recorded with overrides counts as a
-    run of the preset once the preset has become that config (the search's winner), and a
-    preset that changed since a record no longer matches it."""
+    the data files and the budget (given apart), and whether the text was lowercased
+    (--lowercase; a cased run's fingerprint is as it was before that option). A run recorded
+    with overrides counts as a run of the preset once the preset has become that config (the
+    search's winner), and a preset that changed since a record no longer matches it."""
     config = load_config(preset, overrides).to_dict()
     config["data"] = {k: v for k, v in config["data"].items() if not k.startswith(("train_", "valid_", "test_"))}
+    if lowercase:
+        config["data"]["lowercased_text"] = True
     config["train"].pop("budget_minutes")
     for (section, name), default in ADDED_KEYS.items():
         if config[section][name] == default:
@@ -187,6 +213,9 @@ def key(record: dict) -> tuple:
 # issue 25 asks what the recipe reaches forced to fp32, as on a CPU without fast bf16; the
 # multi30k hours drop 0.3, their half hours 0.2 (the presets' comments).
 VARIANTS = {"": [], " (fp32)": ["--train.precision=fp32"], " (dropout 0.2)": ["--model.dropout=0.2"]}
+# The recipe trained and scored on lowercased text (--lowercase): in the table (lowercased-tokenized
+# BLEU and chrF only), not on the chart of cased BLEU.
+LOWERCASED = " (lowercased text)"
 
 
 def seed_of(record: dict) -> str:
@@ -197,9 +226,10 @@ def seed_of(record: dict) -> str:
 
 def todays_runs(records: list[dict], preset: str) -> dict[str, list[dict]]:
     """The runs of `preset`'s recipe as it is today and of each of its VARIANTS that is not
-    the recipe itself (a preset that already drops 0.2), by budget. A run with another seed
-    (`--train.seed=N`) is a run of the same recipe: it is listed with the others, so the
-    table and the chart show the spread between seeds instead of one lucky or unlucky run."""
+    the recipe itself (a preset that already drops 0.2), and of the recipe on lowercased text
+    (LOWERCASED), by budget. A run with another seed (`--train.seed=N`) is a run of the same
+    recipe: it is listed with the others, so the table and the chart show the spread between
+    seeds instead of one lucky or unlucky run."""
     seeds = sorted({seed_of(r) for r in records if r["preset"] == preset} - {""})
     runs, seen = {}, set()
     for label, overrides in VARIANTS.items():
@@ -210,7 +240,19 @@ def todays_runs(records: list[dict], preset: str) -> dict[str, list[dict]]:
         fingerprints = {fingerprint} | {recipe(preset, [*overrides, f"--train.seed={seed}"]) for seed in seeds}
         runs[label] = sorted((r for r in records if r["preset"] == preset and r["recipe"] in fingerprints),
                              key=lambda r: r["budget_minutes"])
+    lowercased = {recipe(preset, [], True)} | {recipe(preset, [f"--train.seed={seed}"], True) for seed in seeds}
+    runs[LOWERCASED] = sorted((r for r in records if r["preset"] == preset and r["recipe"] in lowercased),
+                              key=lambda r: r["budget_minutes"])
     return runs
+
+
+def score_cell(scores: dict | None, lowercased: bool) -> str:
+    """"cased / lowercased-tokenized / chrF" of one test set ("" if not scored); a lowercased
+    run's output has no case, so its cased BLEU is "-"."""
+    if not scores:
+        return ""
+    cased = "-" if lowercased else f"{scores['bleu']:.1f}"
+    return f"{cased} / {scores['bleu_lc_tok']:.1f} / {scores['chrf']:.1f}"
 
 
 def markdown_table(records: list[dict]) -> str:
@@ -221,8 +263,7 @@ def markdown_table(records: list[dict]) -> str:
     for preset in sorted({r["preset"] for r in records}):
         for label, runs in todays_runs(records, preset).items():
             for r in runs:
-                tests = [r["test"].get(name) for name in TEST_SETS]
-                cells = [f"{t['bleu']:.1f} / {t['bleu_lc_tok']:.1f} / {t['chrf']:.1f}" if t else "" for t in tests]
+                cells = [score_cell(r["test"].get(name), label == LOWERCASED) for name in TEST_SETS]
                 seed = seed_of(r)
                 lines.append(f"| {preset}{label}{f' (seed {seed})' if seed else ''} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | "
                              f"{r['steps']:,} | {r['valid_bleu'] or 0:.1f} | {cells[0]} | {cells[1]} |")
@@ -289,7 +330,8 @@ def draw_chart(records: list[dict], path: Path) -> None:
     markers = dict(zip(VARIANTS, "o^vDPX"))  # one marker per variant, so they differ in one colour too
     presets = sorted({r["preset"] for r in records})
     runs = {preset: {label: [r for r in rows if "test_2016_flickr" in r["test"]]
-                     for label, rows in todays_runs(records, preset).items()} for preset in presets}
+                     for label, rows in todays_runs(records, preset).items() if label != LOWERCASED}
+            for preset in presets}
     points = {(preset, label): [chart_point(r) for r in rows]
               for preset in presets for label, rows in runs[preset].items()}
     every_point = [point for series in points.values() for point in series]
@@ -345,6 +387,8 @@ def main() -> int:
     parser.add_argument("--ema", default="", help="comma-separated decays: also keep, validate and record "
                         "exponential moving averages of the weights (measurement only; e.g. 0.998,0.999)")
     parser.add_argument("--json", action="store_true", help="last line: this invocation's records as JSON")
+    parser.add_argument("--lowercase", action="store_true", help="train and score on lowercased copies of "
+                        "--data (Transformer-Tiny's setting: a recipe of its own, listed apart)")
     parser.add_argument("--again", action="store_true", help="train even where the results file has this recipe "
                         "and budget (the code changed, another seed, another host); the newer record counts")
     args = parser.parse_args()
@@ -354,6 +398,8 @@ def main() -> int:
     known = {}
     if args.results.is_file():
         known = {key(r): r for r in map(json.loads, args.results.read_text(encoding="utf-8").splitlines()) if r}
+    if args.lowercase:
+        args.data = lowercased_copy(args.data, args.out / "lowercased_data")
     args.peaks = matmul_peaks(torch.device("cpu"))
     print(f"host: matmul peak fp32 {args.peaks['fp32']:.0f} GFLOP/s, bf16 {args.peaks['bf16']:.0f} GFLOP/s")
     print(f"{'preset':<16} {'budget':>6} {'steps':>6} {'minutes':>7} {'val':>5} {'2016':>5} {'lc-tok':>6} "
@@ -361,7 +407,7 @@ def main() -> int:
     mine = []
     for preset in args.preset or sorted(LANGUAGES):
         for budget in budgets:
-            record = known.get((preset, budget, recipe(preset, args.override)))
+            record = known.get((preset, budget, recipe(preset, args.override, args.lowercase)))
             if record is None or args.again:
                 record = train_and_score(preset, budget, args.override, args)
                 args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Training speed: target tokens/s and useful GFLOP/s of our Transformer and of
 torch.nn.Transformer of the same sizes, on identical length-bucketed batches.
 
-    python benchmarks/train_speed.py [--quick] [--compile] [--json]
+    python benchmarks/train_speed.py [--quick] [--compile] [--profile] [--json]
 
 One "step" is forward + label-smoothed loss + backward + Adam update on one batch of
 about 4000 real target tokens (random token ids, Multi30k-like lengths, grouped by length).
@@ -176,6 +176,15 @@ def make_benchmark_optimizer(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=LR, betas=(0.9, 0.98), eps=1e-9)
 
 
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch, dtype: str, device: torch.device) -> None:
+    """Forward, loss, backward and Adam update on one batch."""
+    batch = batch.to(device)
+    context = torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
+    model.loss(batch, context).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def time_steps(model: nn.Module, batches: list, dtype: str, warmup: int, device: torch.device) -> tuple[float, int]:
     """Seconds and target tokens of len(batches) - warmup timed training steps."""
     model.to(device).train()
@@ -185,16 +194,60 @@ def time_steps(model: nn.Module, batches: list, dtype: str, warmup: int, device:
         batches = batches + batches
         warmup = len(batches) // 2 + warmup
     for i, batch in enumerate(batches):
-        batch = batch.to(device)
         start = now(device)
-        context = torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
-        model.loss(batch, context).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(model, optimizer, batch, dtype, device)
         if i >= warmup:
             seconds += now(device) - start
             tokens += batch.n_tokens
     return seconds, tokens
+
+
+# The matrix products of a step as the CPU profiler names them (Linear: addmm or mm; attention: bmm).
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
+
+
+def matmul_seconds(model: nn.Module, batches: list, dtype: str, warmup: int) -> float:
+    """Seconds that len(batches) - warmup CPU training steps spend in matrix products: the
+    profiler's self time of MATMUL_OPS (oneDNN's kernels, which ours and nn.Transformer share).
+    However fast everything else became, a step cannot take less: nn.Transformer's step over
+    ours' matmul seconds bounds the ratio this benchmark reports."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = torch.device("cpu")
+    model.to(device).train()
+    optimizer = make_benchmark_optimizer(model)
+    for batch in batches[:warmup]:
+        train_step(model, optimizer, batch, dtype, device)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for batch in batches[warmup:]:
+            train_step(model, optimizer, batch, dtype, device)
+    return sum(event.self_cpu_time_total for event in prof.key_averages() if event.key in MATMUL_OPS) / 1e6
+
+
+def profile_columns(row: dict, make, batches: list, dtype: str, warmup: int, step_seconds: float) -> str:
+    """--profile: add the row's ms per step and the ms per step its matrix products take (a
+    fresh model, the same batches, profiled) to `row`; the table's extra columns."""
+    torch.manual_seed(0)
+    row["step_ms"] = 1e3 * step_seconds
+    row["matmul_ms"] = 1e3 * matmul_seconds(make(), batches, dtype, warmup) / (len(batches) - warmup)
+    return f"{row['step_ms']:>9.0f}{row['matmul_ms']:>8.0f}"
+
+
+def matmul_bounds(rows: list[dict]) -> list[str]:
+    """For each preset and dtype profiled: nn.Transformer's step over ours' matrix products,
+    the ratio ours would reach if nothing but its matrix products took time (stored in ours'
+    row as "bound")."""
+    lines = []
+    for row in rows:
+        if row["impl"] != "ours" or "matmul_ms" not in row:
+            continue
+        theirs = next(r for r in rows if r["impl"] == "nn.Transformer" and r["preset"] == row["preset"]
+                      and r["dtype"] == row["dtype"])
+        row["bound"] = theirs["step_ms"] / row["matmul_ms"]
+        lines.append(f"{row['preset']} {row['dtype']}: nn.Transformer's step {theirs['step_ms']:.0f} ms / ours' "
+                     f"matrix products {row['matmul_ms']:.0f} ms = {row['bound']:.2f}x at most "
+                     f"(measured {row['tokens_per_s'] / theirs['tokens_per_s']:.2f}x)")
+    return lines
 
 
 def main() -> int:
@@ -202,6 +255,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small preset only, fewer steps (< 3 min)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (slow to compile)")
     parser.add_argument("--steps", type=int, default=0, help="timed steps per row (default 8, quick 4)")
+    parser.add_argument("--profile", action="store_true", help="also profile each row's steps (CPU): seconds "
+                        "in matrix products, and the ratio to nn.Transformer that ours could reach if all else took none")
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     parser.add_argument("--dtypes", default="auto",
                         help="fp32,bf16 or one of them (default auto: bf16 only where the CPU has it natively)")
@@ -223,7 +278,9 @@ def main() -> int:
         print("bf16 rows skipped: this CPU has no native bf16, a step would take minutes "
               "(--dtypes fp32,bf16 runs them anyway)", file=sys.stderr)
     rows = []
-    print(f"{'impl':<24}{'preset':<16}{'dtype':<6}{'tok/s':>9}{'GFLOP/s':>9}{'% peak':>8}")
+    profiled = args.profile and device.type == "cpu"
+    print(f"{'impl':<24}{'preset':<16}{'dtype':<6}{'tok/s':>9}{'GFLOP/s':>9}{'% peak':>8}"
+          + (f"{'ms/step':>9}{'matmul':>8}" if profiled else ""))
     for preset in presets:
         full = load_config(preset)
         cfg = replace(full.model, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
@@ -243,8 +300,13 @@ def main() -> int:
                 row = {"impl": name, "preset": preset, "dtype": dtype, "tokens_per_s": tokens / seconds,
                        "useful_gflops": flops / seconds / 1e9}
                 rows.append(row)
+                extra = ""
+                if profiled:
+                    extra = profile_columns(row, make, batches, dtype, warmup, seconds / steps)
                 print(f"{name:<24}{preset:<16}{dtype:<6}{row['tokens_per_s']:>9.0f}{row['useful_gflops']:>9.1f}"
-                      f"{100 * row['useful_gflops'] / peaks[dtype]:>7.0f}%", flush=True)
+                      f"{100 * row['useful_gflops'] / peaks[dtype]:>7.0f}%{extra}", flush=True)
+    for line in matmul_bounds(rows):
+        print(line)
     if args.json:
         print(json.dumps({"peak_gflops": peaks, "rows": rows}))
     return 0

@@ -230,3 +230,52 @@ def test_runs_of_a_much_faster_host_are_charted_apart() -> None:
     half_hour = dict(slow, budget_minutes=30.0, train_minutes=28.0, steps=4100)  # the same pace: stays in
     assert ttq.split_by_host([half_hour], [slow, slower, half_hour]) == ([half_hour], [])
     assert ttq.split_by_host([amx], []) == ([amx], [])
+
+
+def test_lowercase_trains_and_scores_lowercased_text_as_a_recipe_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """--lowercase (Transformer-Tiny's setting): the run trains on lowercased copies of the
+    files (its vocabulary has no capital), its record is flagged and fingerprinted apart from
+    the cased recipe's, and the table lists it apart with no cased BLEU, off the chart."""
+    import gzip
+
+    ttq = load_benchmark("time_to_quality")
+    data = tmp_path / "data"
+    write_multi30k(data, ("en", "de"), lines=40, splits=("train", "val", "test_2016_flickr"), seed=1)
+    for path in data.glob("*.gz"):  # capitals to lose: "W12 w3 W7"
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            words = handle.read().split(" ")
+        with gzip.open(path, "wt", encoding="utf-8") as handle:
+            handle.write(" ".join(w.upper() if i % 2 == 0 else w for i, w in enumerate(words)))
+    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.1", "--data", str(data),
+            "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results.jsonl"), "--json", "--lowercase",
+            *SMALL]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert ttq.main() == 0
+    (record,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    copies = tmp_path / "runs" / "lowercased_data"
+    for path in data.glob("*.gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as original, gzip.open(copies / path.name, "rt", encoding="utf-8") as copy:
+            cased, lowered = original.read(), copy.read()
+        assert lowered.splitlines() == [line.lower() for line in cased.splitlines()] and cased != lowered
+    pieces = [line.split("\t")[0] for line in (Path(record["run"]) / "tokenizer.vocab").read_text().splitlines()]
+    assert not any(piece.isupper() for piece in pieces) and any(piece.islower() for piece in pieces)
+    assert record["lowercase"] is True
+    overrides = record["overrides"]
+    assert record["recipe"] == ttq.recipe("multi30k_en_de", overrides, True) != ttq.recipe("multi30k_en_de", overrides)
+    assert ttq.recipe("multi30k_en_de", ["--train.seed=2"], True) != ttq.recipe("multi30k_en_de", ["--train.seed=2"])
+    assert Path(record["run"]) != ttq.run_folder(tmp_path / "runs", "multi30k_en_de", 0.1, overrides, again=False)
+
+    scores = {"test_2016_flickr": {"bleu": 41.3, "bleu_lc_tok": 41.25, "chrf": 66.04}}
+    cased = {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 59.4, "steps": 8123,
+             "valid_bleu": 41.0, "test": scores, "recipe": ttq.recipe("multi30k_en_de", [])}
+    lowered = dict(cased, steps=7500, recipe=ttq.recipe("multi30k_en_de", [], True), lowercase=True)
+    runs = ttq.todays_runs([cased, lowered], "multi30k_en_de")
+    assert runs[""] == [cased] and runs[ttq.LOWERCASED] == [lowered]
+    assert ttq.markdown_table([lowered, cased]).splitlines()[2:] == [
+        "| multi30k_en_de | 60 | 59.4 | 8,123 | 41.0 | 41.3 / 41.2 / 66.0 |  |",
+        "| multi30k_en_de (lowercased text) | 60 | 59.4 | 7,500 | 41.0 | - / 41.2 / 66.0 |  |"]
+    drawn = []
+    monkeypatch.setattr(ttq, "chart_point", lambda run: drawn.append(run) or (run["train_minutes"], 41.3))
+    ttq.draw_chart([cased, lowered], tmp_path / "chart.png")
+    assert drawn and all(run is cased for run in drawn)

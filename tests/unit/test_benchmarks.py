@@ -44,3 +44,46 @@ def test_train_speed_steps_both_models_at_the_same_small_learning_rate(impl: str
     optimizer.step()
     largest = max(float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before))
     assert bench.LR * 0.5 < largest <= bench.LR * 1.001
+
+
+def test_train_speed_profile_counts_the_matrix_products_and_only_them() -> None:
+    """--profile's matmul seconds: a step of two 512 x 512 products and a 50 ms sleep (work
+    that is not a product) is charged the products' time, timed apart with a clock, and not
+    the sleep; the bound is nn.Transformer's step over ours' products."""
+    import time
+
+    import torch
+    from torch import nn
+
+    bench = load_benchmark("train_speed")
+
+    class Batch:
+        def to(self, device):
+            return self
+
+    class Products(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(512, 512) / 512)
+
+        def loss(self, batch, autocast) -> torch.Tensor:
+            x = torch.randn(512, 512)
+            time.sleep(0.05)
+            return (x @ self.weight).sum()  # forward mm; backward: mm for the weight's gradient only
+
+    torch.manual_seed(0)
+    products = Products()
+    seconds = bench.matmul_seconds(products, [Batch()] * 4, "fp32", warmup=1) / 3
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    start = time.perf_counter()
+    for _ in range(20):
+        a @ b
+    one = (time.perf_counter() - start) / 20
+    assert one * 2 / 3 < seconds < one * 2 * 3 and seconds < 0.05
+
+    rows = [{"impl": "ours", "preset": "small", "dtype": "bf16", "tokens_per_s": 3000.0, "step_ms": 800.0,
+             "matmul_ms": 500.0},
+            {"impl": "nn.Transformer", "preset": "small", "dtype": "bf16", "tokens_per_s": 2000.0, "step_ms": 1200.0,
+             "matmul_ms": 600.0}]
+    (line,) = bench.matmul_bounds(rows)
+    assert rows[0]["bound"] == pytest.approx(2.4) and "2.40x at most" in line and "measured 1.50x" in line
