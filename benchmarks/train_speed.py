@@ -43,6 +43,12 @@ What made our step faster, each measured side by side on a 2-core CPU (docs/benc
   - attention written out in CPU training instead of SDPA, whose CPU flash kernel has a slow
     backward at small heads: a d_model 128 x 4-layer step without attention dropout took 219 ms
     instead of 419 (model/attention.py).
+--profile adds each row's ms per step and the ms its matrix products take (the profiler's self time
+of mm, addmm and bmm over the same steps of a fresh model), and prints nn.Transformer's step over
+ours' products: the most the ratio can be if everything but the products took no time. On a 2-core
+AMD EPYC (peaks 183 / 413), 2026-12-01: small bf16 1.78x at most (measured 0.97x; 1.04x earlier that
+day), small fp32 1.65x (1.32x), the recipe's shape bf16 2.99x (1.62x), fp32 2.65x (1.42x): on such a
+host the small preset's 2x is out of reach with PyTorch's matrix products (docs/benchmarks.md).
 torch.compile with varying batch shapes recompiled and was slower; even one fixed shape, compiled
 once (the best case of padding batches to a few buckets), was 3% faster without dropout and 46%
 slower with it at the recipe's shape in bf16 (docs/benchmarks.md). The generator fused into the loss,

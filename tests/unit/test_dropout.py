@@ -41,3 +41,22 @@ def test_dropout_is_unbiased_seeded_and_off_in_eval() -> None:
 
 def test_dropout_one_drops_everything() -> None:
     assert Dropout(1.0)(torch.ones(3, 4)).abs().sum() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_gives_exactly_the_boolean_masks_product(dtype: torch.dtype) -> None:
+    """The output and the gradient are bit for bit x * keep * scale and g * scale * keep with
+    keep_mask's boolean mask of the same seed, in fp32 and in bf16 (the scale applied after the
+    mask): the masks a seed gives, and so exact resume, do not depend on how the product is
+    written."""
+    p = 0.1
+    scale = 65536 / (65536 - round(p * 65536))
+    x = torch.randn(37, 41, dtype=dtype, requires_grad=True)
+    g = torch.randn(37, 41, dtype=dtype)
+    torch.manual_seed(5)
+    y = Dropout(p)(x)
+    y.backward(g)
+    torch.manual_seed(5)
+    keep = keep_mask(x.shape, p)
+    assert y.dtype == dtype and torch.equal(y, x.detach().mul(keep).mul_(scale))
+    assert torch.equal(x.grad, g.mul(scale).mul(keep))
