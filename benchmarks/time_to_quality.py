@@ -213,8 +213,8 @@ def key(record: dict) -> tuple:
 # issue 25 asks what the recipe reaches forced to fp32, as on a CPU without fast bf16; the
 # multi30k hours drop 0.3, their half hours 0.2 (the presets' comments).
 VARIANTS = {"": [], " (fp32)": ["--train.precision=fp32"], " (dropout 0.2)": ["--model.dropout=0.2"]}
-# The recipe trained and scored on lowercased text (--lowercase): in the table (lowercased-tokenized
-# BLEU and chrF only), not on the chart of cased BLEU.
+# The recipe and its variants trained and scored on lowercased text (--lowercase): in the table
+# (lowercased-tokenized BLEU and chrF only) with this after their label, not on the chart of cased BLEU.
 LOWERCASED = " (lowercased text)"
 
 
@@ -226,23 +226,23 @@ def seed_of(record: dict) -> str:
 
 def todays_runs(records: list[dict], preset: str) -> dict[str, list[dict]]:
     """The runs of `preset`'s recipe as it is today and of each of its VARIANTS that is not
-    the recipe itself (a preset that already drops 0.2), and of the recipe on lowercased text
-    (LOWERCASED), by budget. A run with another seed (`--train.seed=N`) is a run of the same
+    the recipe itself (a preset that already drops 0.2), and of each on lowercased text (its
+    label + LOWERCASED), by budget. A run with another seed (`--train.seed=N`) is a run of the same
     recipe: it is listed with the others, so the table and the chart show the spread between
     seeds instead of one lucky or unlucky run."""
     seeds = sorted({seed_of(r) for r in records if r["preset"] == preset} - {""})
     runs, seen = {}, set()
-    for label, overrides in VARIANTS.items():
-        fingerprint = recipe(preset, overrides)
-        if fingerprint in seen:
-            continue
-        seen.add(fingerprint)
-        fingerprints = {fingerprint} | {recipe(preset, [*overrides, f"--train.seed={seed}"]) for seed in seeds}
-        runs[label] = sorted((r for r in records if r["preset"] == preset and r["recipe"] in fingerprints),
-                             key=lambda r: r["budget_minutes"])
-    lowercased = {recipe(preset, [], True)} | {recipe(preset, [f"--train.seed={seed}"], True) for seed in seeds}
-    runs[LOWERCASED] = sorted((r for r in records if r["preset"] == preset and r["recipe"] in lowercased),
-                              key=lambda r: r["budget_minutes"])
+    for lowercase in (False, True):
+        for label, overrides in VARIANTS.items():
+            fingerprint = recipe(preset, overrides, lowercase)
+            if fingerprint in seen:
+                continue
+            seen.add(fingerprint)
+            fingerprints = {fingerprint} | {recipe(preset, [*overrides, f"--train.seed={seed}"], lowercase)
+                                            for seed in seeds}
+            runs[label + (LOWERCASED if lowercase else "")] = sorted(
+                (r for r in records if r["preset"] == preset and r["recipe"] in fingerprints),
+                key=lambda r: r["budget_minutes"])
     return runs
 
 
@@ -263,7 +263,7 @@ def markdown_table(records: list[dict]) -> str:
     for preset in sorted({r["preset"] for r in records}):
         for label, runs in todays_runs(records, preset).items():
             for r in runs:
-                cells = [score_cell(r["test"].get(name), label == LOWERCASED) for name in TEST_SETS]
+                cells = [score_cell(r["test"].get(name), label.endswith(LOWERCASED)) for name in TEST_SETS]
                 seed = seed_of(r)
                 lines.append(f"| {preset}{label}{f' (seed {seed})' if seed else ''} | {r['budget_minutes']:g} | {r['train_minutes']:.1f} | "
                              f"{r['steps']:,} | {r['valid_bleu'] or 0:.1f} | {cells[0]} | {cells[1]} |")
@@ -330,7 +330,7 @@ def draw_chart(records: list[dict], path: Path) -> None:
     markers = dict(zip(VARIANTS, "o^vDPX"))  # one marker per variant, so they differ in one colour too
     presets = sorted({r["preset"] for r in records})
     runs = {preset: {label: [r for r in rows if "test_2016_flickr" in r["test"]]
-                     for label, rows in todays_runs(records, preset).items() if label != LOWERCASED}
+                     for label, rows in todays_runs(records, preset).items() if not label.endswith(LOWERCASED)}
             for preset in presets}
     points = {(preset, label): [chart_point(r) for r in rows]
               for preset in presets for label, rows in runs[preset].items()}

@@ -270,12 +270,15 @@ def test_lowercase_trains_and_scores_lowercased_text_as_a_recipe_of_its_own(
     cased = {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 59.4, "steps": 8123,
              "valid_bleu": 41.0, "test": scores, "recipe": ttq.recipe("multi30k_en_de", [])}
     lowered = dict(cased, steps=7500, recipe=ttq.recipe("multi30k_en_de", [], True), lowercase=True)
-    runs = ttq.todays_runs([cased, lowered], "multi30k_en_de")
+    half = dict(lowered, budget_minutes=30.0, steps=3900, recipe=ttq.recipe("multi30k_en_de", ["--model.dropout=0.2"], True))
+    runs = ttq.todays_runs([cased, lowered, half], "multi30k_en_de")
     assert runs[""] == [cased] and runs[ttq.LOWERCASED] == [lowered]
-    assert ttq.markdown_table([lowered, cased]).splitlines()[2:] == [
+    assert runs[" (dropout 0.2)"] == [] and runs[" (dropout 0.2)" + ttq.LOWERCASED] == [half]
+    assert ttq.markdown_table([lowered, cased, half]).splitlines()[2:] == [
         "| multi30k_en_de | 60 | 59.4 | 8,123 | 41.0 | 41.3 / 41.2 / 66.0 |  |",
-        "| multi30k_en_de (lowercased text) | 60 | 59.4 | 7,500 | 41.0 | - / 41.2 / 66.0 |  |"]
+        "| multi30k_en_de (lowercased text) | 60 | 59.4 | 7,500 | 41.0 | - / 41.2 / 66.0 |  |",
+        "| multi30k_en_de (dropout 0.2) (lowercased text) | 30 | 59.4 | 3,900 | 41.0 | - / 41.2 / 66.0 |  |"]
     drawn = []
     monkeypatch.setattr(ttq, "chart_point", lambda run: drawn.append(run) or (run["train_minutes"], 41.3))
-    ttq.draw_chart([cased, lowered], tmp_path / "chart.png")
+    ttq.draw_chart([cased, lowered, half], tmp_path / "chart.png")
     assert drawn and all(run is cased for run in drawn)
