@@ -1,7 +1,6 @@
 # transformer-mt: every target creates the virtual environment on first use.
 #   make demo       train and translate the built-in English -> German numbers task (~5 min)
 #   make test       the whole test suite (under 10 minutes on 2 CPU cores)
-#   make test-slow  the slow tests kept out of `make test`
 #   make bench      the quick benchmarks
 #   make browser    install Debian's chromium + chromedriver for the browser test (as root)
 
@@ -10,7 +9,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench browser clean
+.PHONY: demo test bench browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,9 +21,6 @@ demo: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
-
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_speed.py --quick

@@ -157,17 +157,6 @@ def test_averaging_needs_positive_sizes(tmp_path: Path) -> None:
         Averaging(RunDir(tmp_path), last=0, every=1)
 
 
-def test_a_checkpoint_from_before_the_task_seam_resumes_its_selection() -> None:
-    """Older checkpoints kept a history and, when selecting on the loss, minus the loss as best."""
-    from transformer_mt.training.trainer import TrainState
-
-    old = {"step": 40, "train_seconds": 3.0, "best": -2.5, "bad_validations": 1, "history": [{"step": 20}]}
-    state = TrainState.from_checkpoint(old, "valid_loss")
-    assert (state.step, state.best, state.bad_validations, state.best_metric) == (40, 2.5, 1, "valid_loss")
-    assert TrainState.from_checkpoint({**old, "best": 31.0}, "bleu").best == 31.0
-    assert TrainState.from_checkpoint({**old, "best": 2.5, "best_metric": "valid_loss"}, "valid_loss").best == 2.5
-
-
 def test_training_with_average_last_writes_the_average_the_command_rewrites(tmp_path: Path) -> None:
     """fit with train.average_last keeps snapshots and averages them; `average --last N`
     then averages those same snapshots (not the step checkpoints)."""

@@ -40,28 +40,3 @@ class Dropout(nn.Dropout):
         scale = MASK_LEVELS / (MASK_LEVELS - levels)
         return x.mul(keep_mask(x.shape, self.p)).mul_(scale)
 
-
-class WordDropout(nn.Module):
-    """Word dropout (Gal and Ghahramani, 2016; for low-resource translation, Sennrich and
-    Zhang, 2019): in training, each token's whole embedding is zeroed with probability p,
-    the kept ones scaled by 1 / (1 - p'), so the model must translate a sentence with a
-    few of its words missing. One mask entry per token, broadcast over d_model; the same
-    16-bit mask as `Dropout`, so a seed gives the same words dropped."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"word dropout probability must be in [0, 1), got {p}")
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, d_model) embeddings -> the same with whole rows zeroed in training."""
-        if not self.training or self.p == 0.0:
-            return x
-        levels = round(self.p * MASK_LEVELS)
-        scale = MASK_LEVELS / (MASK_LEVELS - levels)
-        keep = keep_mask(x.shape[:-1], self.p).to(x.device)  # (B, T)
-        return x.mul(keep.unsqueeze(-1)).mul_(scale)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"

@@ -10,7 +10,6 @@ from transformer_mt.config import ModelConfig
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.decoder import Decoder
-from transformer_mt.model.dropout import WordDropout
 from transformer_mt.model.embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding
 from transformer_mt.model.encoder import Encoder
 
@@ -55,10 +54,7 @@ class EncoderDecoder(nn.Module):
         tgt_embed: Embeddings,
         generator: Generator,
         positional: PositionalEncoding | LearnedPositionalEmbedding,
-        source_word_dropout: float = 0.0,
     ) -> None:
-        """`source_word_dropout`: the probability that training zeroes a source token's whole
-        embedding (dropout.WordDropout); 0 = none, as the paper."""
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
@@ -66,12 +62,10 @@ class EncoderDecoder(nn.Module):
         self.tgt_embed = tgt_embed
         self.generator = generator
         self.positional = positional
-        self.source_word_dropout = WordDropout(source_word_dropout)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
         """src (B, S) token ids, src_mask (B, 1, 1, S) -> memory (B, S, d_model)."""
-        words = self.source_word_dropout(self.src_embed(src))  # (B, S, d_model)
-        return self.encoder(self.positional(words), src_mask)
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)
 
     def decode(
         self,
@@ -115,8 +109,7 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
 
     Dropout: `dropout` is the paper's residual dropout (sub-layer outputs, embedding sums);
     the attention weights and the feed-forward activation take `attention_dropout` and
-    `activation_dropout`, which default to `dropout` (-1 in the config);
-    `source_word_dropout` zeroes whole source-token embeddings before the positions are added."""
+    `activation_dropout`, which default to `dropout` (-1 in the config)."""
     src_vocab = cfg.src_vocab_size
     tgt_vocab = cfg.tgt_vocab_size
     if src_vocab < 1 or tgt_vocab < 1:
@@ -134,7 +127,6 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         tgt_embed,
         generator,
         positional_module(cfg),
-        cfg.source_word_dropout,
     )
     initialize(model, cfg.embedding_init)
     if cfg.tie_embeddings:

@@ -37,7 +37,6 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -110,11 +109,10 @@ class Plan:
         log.info(self.describe())
 
     def follow(self, trainer: Trainer, replan: "Replan") -> None:
-        """Give `trainer` this plan's config, schedule and hooks: `replan` first, the caller's
-        extra hooks last."""
+        """Give `trainer` this plan's config, schedule and hooks, `replan` first."""
         trainer.cfg = self.apply(trainer.cfg)
         trainer.schedule = self.schedule(trainer.cfg)
-        trainer.hooks = [replan, *make_hooks(trainer.cfg, replan.run), *replan.extra_hooks]
+        trainer.hooks = [replan, *make_hooks(trainer.cfg, replan.run)]
 
     def describe(self) -> str:
         return (f"budget plan: {self.total_steps} steps at {self.seconds_per_step:.3f} s/step, validation every "
@@ -204,19 +202,17 @@ def new_plan(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: tor
 
 
 def planned_config(cfg: Config, run: RunDir, task: Task, model: nn.Module, device: torch.device,
-                   ctx: DistributedContext,
-                   extra_hooks: Sequence[Hook] = ()) -> tuple[Config, list[Hook], Schedule | None]:
+                   ctx: DistributedContext) -> tuple[Config, list[Hook], Schedule | None]:
     """`cfg`, its hooks and its learning-rate schedule (None: cfg's) for a budgeted run:
     the plan of plan.json when the run has one; else the copy's check (a budget too small
     is refused before training, on every rank) and a Calibration hook that fixes the plan
-    on the run's own first steps. `extra_hooks` join the run's hooks once the plan is
-    fixed, and stay through every re-plan."""
+    on the run's own first steps."""
     if run.plan.is_file():
         plan = Plan(**json.loads(run.plan.read_text(encoding="utf-8")))
         if ctx.is_main:
             log.info(plan.describe())
         planned = plan.apply(cfg)
-        return planned, [*make_hooks(planned, run), *extra_hooks], plan.schedule(cfg)
+        return planned, make_hooks(planned, run), plan.schedule(cfg)
     started = time.perf_counter()
     check = broadcast_object(new_plan(cfg, run, task, model, device) if ctx.is_main else None, ctx.world_size)
     if isinstance(check, str):  # every rank stops with rank 0's error
@@ -225,8 +221,7 @@ def planned_config(cfg: Config, run: RunDir, task: Task, model: nn.Module, devic
     # until the plan: the warmup's rates (the same whatever the length), no validation point
     provisional = replace(cfg.train, schedule="linear", max_steps=check.total_steps,
                           valid_every=check.total_steps + 1, average_last=0)
-    calibration = Calibration(run, ctx, cfg.train.budget_minutes * 60, check.validation_seconds, steps, started,
-                              extra_hooks)
+    calibration = Calibration(run, ctx, cfg.train.budget_minutes * 60, check.validation_seconds, steps, started)
     return replace(cfg, train=provisional), [calibration], None
 
 
@@ -235,9 +230,8 @@ class Calibration(Hook):
     plan.json, and gives the trainer the planned config, schedule and hooks, Replan first."""
 
     def __init__(self, run: RunDir, ctx: DistributedContext, budget_seconds: float, validation_seconds: float,
-                 steps: int, started: float, extra_hooks: Sequence[Hook] = ()) -> None:
+                 steps: int, started: float) -> None:
         self.run, self.ctx, self.steps, self.started = run, ctx, steps, started
-        self.extra_hooks = tuple(extra_hooks)
         self.budget_seconds, self.validation_seconds = budget_seconds, validation_seconds
         self.timed_from, self.seconds_then = steps // 2, 0.0
 
@@ -256,8 +250,7 @@ class Calibration(Hook):
                              time.perf_counter() - self.started, done=step)
             plan.write(self.run)
         plan = broadcast_object(plan, self.ctx.world_size)
-        plan.follow(trainer, Replan(self.run, self.ctx, plan, self.budget_seconds, self.started, trainer,
-                                    self.extra_hooks))
+        plan.follow(trainer, Replan(self.run, self.ctx, plan, self.budget_seconds, self.started, trainer))
 
 
 class Replan(Hook):
@@ -272,9 +265,8 @@ class Replan(Hook):
     trainer gets its config, schedule and hooks."""
 
     def __init__(self, run: RunDir, ctx: DistributedContext, plan: Plan, budget_seconds: float, started: float,
-                 trainer: Trainer, extra_hooks: Sequence[Hook] = ()) -> None:
+                 trainer: Trainer) -> None:
         self.run, self.ctx, self.plan, self.budget_seconds, self.started = run, ctx, plan, budget_seconds, started
-        self.extra_hooks = tuple(extra_hooks)  # the caller's hooks, kept by every re-plan
         self.step_then, self.seconds_then, self.wall_then = (trainer.state.step, trainer.state.train_seconds,
                                                             time.perf_counter())
 

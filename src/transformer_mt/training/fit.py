@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -26,7 +25,7 @@ from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
 from transformer_mt.training.budget import planned_config
-from transformer_mt.training.hooks import Hook, make_hooks
+from transformer_mt.training.hooks import make_hooks
 from transformer_mt.training.language_modeling import LanguageModelTask
 from transformer_mt.training.trainer import Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
@@ -115,12 +114,8 @@ def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) 
         return make_task(cfg, run, DistributedContext(), progress).prepared_summary()
 
 
-def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
-        extra_hooks: Sequence[Hook] = ()) -> Trainer:
+def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:
     """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints.
-    `extra_hooks` run after the run's own hooks (training.hooks.make_hooks; in a budgeted run,
-    from the plan on): a measurement that watches the training without changing it, such as
-    benchmarks/time_to_quality.py's moving average of the weights.
     Returns the Trainer (its `cfg`, `model` and `state`) after training. Sets the memory
     settings the train command sets (device.reuse_freed_memory): without them, a Multi30k
     step called from Python took 7% longer over 150 steps."""
@@ -139,9 +134,9 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
             if cfg.train.budget_minutes > 0:
-                cfg, hooks, schedule = planned_config(cfg, run, task, model, device, ctx, extra_hooks)
+                cfg, hooks, schedule = planned_config(cfg, run, task, model, device, ctx)
             else:
-                hooks, schedule = [*make_hooks(cfg, run), *extra_hooks], None
+                hooks, schedule = make_hooks(cfg, run), None
             trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress, hooks=hooks,
                               schedule=schedule)
         if ctx.is_main:

@@ -1,6 +1,6 @@
 """Hooks: what happens beside the training loop at fixed points of it, without the loop
-knowing what. The Trainer calls every hook after each optimizer step, at each validation
-point (after the checkpoint is written), at the end of training, and after a resume.
+knowing what. The Trainer calls every hook after each optimizer step, at the end of training,
+and after a resume.
 
 `Averaging` is the paper's checkpoint averaging (section 6.1: "averaging the last 5
 checkpoints, which were written at 10-minute intervals"), done as training goes: it keeps
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from transformer_mt.config import Config
 from transformer_mt.runs import (
@@ -31,9 +31,6 @@ class Hook:
     """Does nothing at every point; a hook overrides the points it needs."""
 
     def after_step(self, trainer: "Trainer") -> None:
-        pass
-
-    def at_validation(self, trainer: "Trainer", result: dict[str, Any]) -> None:
         pass
 
     def at_end(self, trainer: "Trainer") -> None:

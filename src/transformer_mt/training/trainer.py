@@ -11,7 +11,7 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -29,7 +29,7 @@ from transformer_mt.training.distributed import (
     all_reduce_sum, broadcast_object, gather_objects, rank_seed, threads_of_waiting_ranks,
 )
 from transformer_mt.training.hooks import Hook
-from transformer_mt.training.loss import RDropLoss, perplexity, with_scale
+from transformer_mt.training.loss import perplexity, with_scale
 from transformer_mt.training.schedule import Progress, Schedule, make_optimizer, make_schedule, set_lr
 from transformer_mt.training.task import Task
 
@@ -45,16 +45,6 @@ class TrainState:
     best: float | None = None  # the best value of the selection metric so far
     best_metric: str = ""  # which metric `best` is
     bad_validations: int = 0
-
-    @classmethod
-    def from_checkpoint(cls, saved: dict[str, Any], metric: str) -> "TrainState":
-        """The state a checkpoint holds. Checkpoints written before the task seam kept a
-        `history` (metrics.jsonl has it) and, for the loss, minus the loss as `best`."""
-        state = cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
-        if not state.best_metric and metric == "valid_loss" and state.best is not None:
-            state.best = -state.best
-        state.best_metric = metric
-        return state
 
 
 def rng_state() -> dict:
@@ -89,16 +79,6 @@ def _as_python_state(state) -> tuple:
     return version, tuple(internal), gauss
 
 
-def twice(batch: Any) -> Any:
-    """A batch followed by a copy of itself: every tensor field (B, ...) -> (2B, ...), the
-    token count doubled. The model sees each sentence twice in one forward pass (one pass,
-    not two, so DistributedDataParallel sees one forward per backward)."""
-    def double(value: Any) -> Any:
-        return torch.cat([value, value]) if isinstance(value, torch.Tensor) else 2 * value
-
-    return type(batch)(**{f.name: double(getattr(batch, f.name)) for f in fields(batch)})
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -116,7 +96,7 @@ class Trainer:
     (time cap, non-finite loss) are agreed by all ranks, so none waits alone in an
     all-reduce. Only rank 0 writes files and validates; it hands its result to the other
     ranks, so all reach the same early-stopping decisions. `hooks` are told of each
-    step, each validation point and the end (training/hooks.py). `schedule` replaces the
+    step, the end and a resume (training/hooks.py). `schedule` replaces the
     one cfg.train names (a budget's plan: training/budget.py)."""
 
     def __init__(
@@ -144,8 +124,6 @@ class Trainer:
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
         self.schedule = schedule if schedule is not None else make_schedule(cfg.train, cfg.model.d_model)
         self.criterion = with_scale(task.criterion(self.model))  # loss(logits, target, scale)
-        if cfg.train.rdrop_alpha > 0:
-            self.criterion = RDropLoss(self.criterion, cfg.train.rdrop_alpha)
         self.batches = task.train_batches(cfg.train.seed, rank, world_size, cfg.train.accumulate)
         self.hooks = list(hooks)
         self.state = TrainState(best_metric=task.selection.metric)
@@ -177,8 +155,6 @@ class Trainer:
         local_tokens = sum(b.n_tokens for b in batches)
         n_tokens = int(all_reduce_sum([local_tokens], self.world_size)[0])
         scale = self.world_size / n_tokens
-        if self.cfg.train.rdrop_alpha > 0:  # each sentence twice, under two dropout masks (RDropLoss)
-            batches = [twice(batch) for batch in batches]
         total = 0.0
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
@@ -236,8 +212,6 @@ class Trainer:
         elif self.rank == 0:
             save_weights(self.model, self.run.best)
         self.save()
-        for hook in self.hooks:
-            hook.at_validation(self, result)
 
     # ---- files (rank 0 only) ------------------------------------------------------
     def log(self, event: dict) -> None:
@@ -295,7 +269,7 @@ class Trainer:
         load_model_state(self.model, state["model"], path, self.run.config)
         self.optimizer.load_state_dict(state["optimizer"])
         self.batches.load_state_dict(state["batches"])
-        self.state = TrainState.from_checkpoint(state["trainer"], self.task.selection.metric)
+        self.state = TrainState(**state["trainer"])
         self._restore_rng(state["rng"], path)
         if self.rank == 0:
             drop_metrics_after(self.run.metrics, self.state.step)
@@ -303,9 +277,8 @@ class Trainer:
             hook.on_resume(self)
         return True
 
-    def _restore_rng(self, saved: list[dict] | dict, path) -> None:
-        """This rank's random states from a checkpoint (a single dict: one process wrote it)."""
-        states = saved if isinstance(saved, list) else [saved]
+    def _restore_rng(self, states: list[dict], path) -> None:
+        """This rank's random states from a checkpoint (one per rank that wrote it)."""
         if len(states) != self.world_size:
             log.warning("%s was written by %d process(es), resumed with %d: random states start afresh "
                         "where they differ, so the run is not bit-identical to an uninterrupted one",
