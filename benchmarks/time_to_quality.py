@@ -5,8 +5,8 @@
     python benchmarks/time_to_quality.py --preset multi30k_de_en --budgets 30,60 --chart docs/time_to_quality.png
     python benchmarks/time_to_quality.py --preset multi30k_en_de --budgets 60 --override=--train.precision=fp32
 
-Each run trains with --train.budget_minutes=B (the run measures its speed, then plans its
-steps, schedule, validation and averaging; training/budget.py), then translates
+Each run trains with --train.budget_minutes=B (the run fits its steps, schedule, validation
+and averaging into B minutes on its host; training/budget.py), then translates
 test_2016_flickr and test_2017_flickr with the model `translate` loads by default (the
 average or the best checkpoint, chosen on validation) and reports cased sacreBLEU, BLEU on
 lowercased 13a-tokenized text and chrF, and the validation BLEU that selected it. Every
@@ -18,8 +18,7 @@ A seed is not a recipe: --override=--train.seed=2 trains (and records) a run of 
 the table and the chart list beside the preset's seed. --chart draws test_2016 BLEU against
 training minutes per preset (a marker per run, a line through each budget's mean; a run that
 trained 1.5 times the others' steps per minute or more, on a faster host, is hollow and left out
-of the mean), with
-the 2-hour recipe's published BLEU as a reference line.
+of the mean), with the 2-hour recipe's published BLEU as a reference line.
 
 --lowercase trains and scores on lowercased copies of the data folder's files (written under
 --out): Transformer-Tiny's 41.02 (Wu et al., ACL 2021), which issue 25 measures the recipe
@@ -27,20 +26,11 @@ against, was trained and tested on Multi30k's lowercased, tokenized text (the mu
 translation task's *.lc.norm.tok files), so a lowercased run is the like-for-like comparison for
 the lowercased-tokenized column. Its output is lowercase, so its cased column means nothing: it
 is a recipe of its own (its fingerprint says so), listed apart in the table and left off the
-chart of cased BLEU.
-
---ema 0.998,0.999 answers the issue's other question, checkpoint averaging or an
-exponential moving average of the weights (EMA): the run also keeps an EMA of
-its weights for each decay (updated after every step from the end of the calibration on),
-validates each at the end as the average is validated, and records their validation BLEU
-beside the average's and the best checkpoint's; where an EMA wins on validation its test
-scores are recorded too. It measures only: the run's default model stays the average or the
-best checkpoint."""
+chart of cased BLEU."""
 
 from __future__ import annotations
 
 import argparse
-import copy
 import gzip
 import hashlib
 import json
@@ -57,15 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _timing import matmul_peaks  # noqa: E402
-from transformer_mt.config import load_config, parse_override  # noqa: E402
+from transformer_mt.config import Config, load_config, parse_override  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
 from transformer_mt.files import atomic_open  # noqa: E402
 from transformer_mt.runs import read_events  # noqa: E402
-from transformer_mt.runs import load_weights, save_weights  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
-from transformer_mt.training.hooks import Hook  # noqa: E402
 from transformer_mt.translator import Translator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -96,12 +84,10 @@ def lowercased_copy(folder: Path, out: Path) -> Path:
     return out
 
 
-def test_scores(run: Path, folder: Path, src: str, tgt: str, weights: Path | None = None) -> dict[str, dict[str, float]]:
-    """Cased BLEU, lowercased-tokenized BLEU and chrF of the run's default model (or of
-    `weights`) on each test set there is."""
+def test_scores(run: Path, folder: Path, src: str, tgt: str) -> dict[str, dict[str, float]]:
+    """Cased BLEU, lowercased-tokenized BLEU and chrF of the run's default model on each
+    test set there is."""
     translator = Translator.from_run(run)
-    if weights is not None:
-        load_weights(translator.model, weights)
     scores = {}
     for name in TEST_SETS:
         if (folder / f"{name}.{src}.gz").is_file() and (folder / f"{name}.{tgt}.gz").is_file():
@@ -109,39 +95,6 @@ def test_scores(run: Path, folder: Path, src: str, tgt: str, weights: Path | Non
             result = score(translator.translate(test.src), test.tgt, lowercase_tokenized=True)
             scores[name] = {"bleu": result.bleu, "bleu_lc_tok": result.bleu_lc_tok, "chrf": result.chrf}
     return scores
-
-
-class WeightEMA(Hook):
-    """Exponential moving averages of the weights, one per decay: after each step
-    ema <- decay * ema + (1 - decay) * weights (an average over the last ~1 / (1 - decay)
-    steps, newest weighted most). At the end each is validated like the average and logged
-    as an "ema" event; the best of them on the task's selection metric, if it beats the
-    run's choice, is saved to ema.safetensors. Measurement only (a one-process run)."""
-
-    def __init__(self, decays: list[float]) -> None:
-        self.decays = decays
-        self.averages: dict[float, list[torch.Tensor]] | None = None
-
-    def after_step(self, trainer) -> None:
-        weights = [p.detach() for p in trainer.model.parameters()]
-        if self.averages is None:
-            self.averages = {decay: [w.clone() for w in weights] for decay in self.decays}
-            return
-        for decay, average in self.averages.items():
-            torch._foreach_lerp_(average, weights, 1.0 - decay)
-
-    def at_end(self, trainer) -> None:
-        selection, best = trainer.task.selection, None
-        for decay, average in (self.averages or {}).items():
-            model = copy.deepcopy(trainer.model)
-            with torch.no_grad():
-                torch._foreach_copy_(list(model.parameters()), average)
-            result = trainer.task.validate(model, trainer.device, trainer.precision)
-            trainer.log({"event": "ema", "decay": decay, "step": trainer.state.step, **result})
-            if best is None or selection.better(result[selection.metric], best[0]):
-                best = (result[selection.metric], model)
-        if best is not None and trainer.state.best is not None and selection.better(best[0], trainer.state.best):
-            save_weights(best[1], trainer.run.root / "ema.safetensors")
 
 
 def run_folder(out: Path, preset: str | Path, budget: float, overrides: list[str], again: bool,
@@ -163,19 +116,11 @@ def train_and_score(preset: str, budget: float, overrides: list[str], args: argp
     run = run_folder(args.out, preset, budget, overrides, args.again, args.lowercase)
     cfg = load_config(preset, data_overrides(args.data, src, tgt) + [f"--train.budget_minutes={budget}"] + overrides)
     start = time.perf_counter()
-    ema = [WeightEMA([float(d) for d in args.ema.split(",")])] if args.ema else []
-    trainer = fit(cfg, run, progress=False, extra_hooks=ema)
+    trainer = fit(cfg, run, progress=False)
     events = read_events(run / "metrics.jsonl")
     valid = [e for e in events if e.get("event") in ("valid", "average")]
     chosen = max((e.get("bleu", 0.0) for e in valid), default=None)
-    extra = {}
-    if args.ema:
-        average = [e["bleu"] for e in events if e.get("event") == "average"]
-        extra["ema_valid_bleu"] = {str(e["decay"]): e["bleu"] for e in events if e.get("event") == "ema"}
-        extra["average_valid_bleu"] = average[-1] if average else None
-        if (run / "ema.safetensors").is_file():
-            extra["ema_test"] = test_scores(run, args.data, src, tgt, weights=run / "ema.safetensors")
-    return {**extra, "preset": preset, "budget_minutes": budget, "overrides": overrides, "steps": trainer.state.step,
+    return {"preset": preset, "budget_minutes": budget, "overrides": overrides, "steps": trainer.state.step,
             "train_minutes": trainer.state.train_seconds / 60, "wall_minutes": (time.perf_counter() - start) / 60,
             "valid_bleu": chosen, "test": test_scores(run, args.data, src, tgt), "run": str(run),
             "recipe": recipe(preset, overrides, args.lowercase), "date": date.today().isoformat(),
@@ -187,22 +132,33 @@ def recipe(preset: str | Path, overrides: list[str], lowercase: bool = False) ->
     the data files and the budget (given apart), and whether the text was lowercased
     (--lowercase; a cased run's fingerprint is as it was before that option). A run recorded
     with overrides counts as a run of the preset once the preset has become that config (the
-    search's winner), and a preset that changed since a record no longer matches it."""
-    config = load_config(preset, overrides).to_dict()
-    config["data"] = {k: v for k, v in config["data"].items() if not k.startswith(("train_", "valid_", "test_"))}
+    search's winner), and a preset that changed since a record no longer matches it. The keys
+    of FINGERPRINTED are in it whatever their value, any other key only where it differs from
+    its default: an option added to the config leaves every recorded fingerprint as it was."""
+    config, defaults = load_config(preset, overrides).to_dict(), Config().to_dict()
+    kept = {section: {key: value for key, value in values.items()
+                      if key in FINGERPRINTED[section].split() or value != defaults[section][key]}
+            for section, values in config.items()}
+    kept["data"] = {k: v for k, v in kept["data"].items() if not k.startswith(("train_", "valid_", "test_"))}
     if lowercase:
-        config["data"]["lowercased_text"] = True
-    config["train"].pop("budget_minutes")
-    for (section, name), default in ADDED_KEYS.items():
-        if config[section][name] == default:
-            del config[section][name]
-    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+        kept["data"]["lowercased_text"] = True
+    kept["train"].pop("budget_minutes", None)
+    return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
-# Config keys added after the first recorded runs, with the default that trains as before
-# they existed: left out of the fingerprint while they hold it, so earlier records still match.
-ADDED_KEYS = {("model", "decoder_layers"): 0, ("train", "weight_decay"): 0.0, ("train", "rdrop_alpha"): 0.0,
-              ("model", "source_word_dropout"): 0.0, ("model", "embedding_init"): "xavier"}
+# The keys fingerprinted whatever their value, as they were when the records began (data files and
+# the budget are given apart): a frozen list, never extended, so that the records keep matching.
+FINGERPRINTED = {
+    "model": "n_layers d_model d_ff n_heads dropout attention_dropout activation_dropout norm_first tie_embeddings "
+             "share_vocab max_positions src_vocab_size tgt_vocab_size activation positional_layout positional arch "
+             "scale_embeddings",
+    "data": "task task_size vocab_size vocab_type vocab_sample joint_vocab max_tokens batch_sentences max_len "
+            "max_len_ratio block_size",
+    "train": "seed schedule lr_scale lr warmup_steps adam_betas adam_eps label_smoothing max_steps max_seconds "
+             "accumulate clip_norm precision device log_every valid_every patience early_stop_metric keep_last "
+             "average_last average_every init_from init_checkpoint",
+    "decode": "beam length_penalty max_len_a max_len_b batch_tokens precision",
+}
 
 
 def key(record: dict) -> tuple:
@@ -211,7 +167,7 @@ def key(record: dict) -> tuple:
 
 # The variants of today's recipes that the table and the chart show besides the recipe itself:
 # issue 25 asks what the recipe reaches forced to fp32, as on a CPU without fast bf16; the
-# multi30k hours drop 0.3, their half hours 0.2 (the presets' comments).
+# multi30k hours drop 0.3, their half hours 0.2 (docs/benchmarks.md#what-was-tried-for-the-multi30k-recipes).
 VARIANTS = {"": [], " (fp32)": ["--train.precision=fp32"], " (dropout 0.2)": ["--model.dropout=0.2"]}
 # The recipe and its variants trained and scored on lowercased text (--lowercase): in the table
 # (lowercased-tokenized BLEU and chrF only) with this after their label, not on the chart of cased BLEU.
@@ -384,8 +340,6 @@ def main() -> int:
     parser.add_argument("--chart", type=Path, help="draw test_2016 BLEU against minutes to this PNG")
     parser.add_argument("--markdown", action="store_true", help="also print the table of the presets' runs "
                         "(cased / lowercased-tokenized BLEU / chrF) for docs/benchmarks.md")
-    parser.add_argument("--ema", default="", help="comma-separated decays: also keep, validate and record "
-                        "exponential moving averages of the weights (measurement only; e.g. 0.998,0.999)")
     parser.add_argument("--json", action="store_true", help="last line: this invocation's records as JSON")
     parser.add_argument("--lowercase", action="store_true", help="train and score on lowercased copies of "
                         "--data (Transformer-Tiny's setting: a recipe of its own, listed apart)")

@@ -1,16 +1,17 @@
 """Typed, validated configuration: YAML files, presets and dotted overrides.
 
 A config has four sections, each a frozen dataclass: `model`, `data`, `train` and
-`decode`. Every mistake a user can make in a YAML file (an unknown key, a wrong type, an
-impossible value) raises `ConfigError` at load time with a message that names the key and
-says what is allowed, so a run never dies an hour in because of a typo.
+`decode`. Each option is documented once, by the `help` of its field; docs/options.md is
+generated from them (`python -m transformer_mt.config > docs/options.md`). Every mistake a
+user can make in a YAML file or an override (an unknown key, a wrong type, an impossible
+value) raises `ConfigError` at load time with a message that names the file or the override,
+the key, and what is allowed, so a run never dies an hour in because of a typo.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import logging
 import re
 import typing
 from dataclasses import dataclass, field
@@ -30,14 +31,17 @@ VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sent
 POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
 EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: model/transformer.py initialize
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
-RENAMED_KEYS = {("model", "max_len"): "max_positions"}  # old name -> new name, still read
-
-log = logging.getLogger("transformer_mt")
 
 
 class ConfigError(ValueError):
     """A user mistake in a configuration: the message says which key and what is allowed.
-    (A ValueError like errors.UserError, which subclasses it, so config stays a leaf.)"""
+    (A ValueError like errors.UserError, so config stays a leaf.) `keys` are the dotted keys
+    (or the section) the mistake is about, the one the message starts with first, so that
+    load_config can blame the file or the override that set them."""
+
+    def __init__(self, message: str, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.keys = keys
 
 
 class _Loader(yaml.SafeLoader):
@@ -68,42 +72,74 @@ def parse_yaml(text: str, name: str) -> Any:
         raise ConfigError(f"{name}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
-NOT_A_SHAPE = {"shape": False}  # field metadata: a model setting that the weights' shapes do not depend on
 SAME_AS_DROPOUT = -1.0  # model.attention_dropout / model.activation_dropout: use model.dropout
+
+
+def option(default: Any, help: str, *, shape: bool = True) -> Any:  # noqa: A002 (argparse's name)
+    """A config field with its one description: `help` says what the option does and what its
+    values mean (docs/options.md is generated from it); shape=False marks a model setting that
+    the weights' shapes do not depend on (ModelConfig.shape_keys)."""
+    return field(default=default, metadata={"help": help, "shape": shape})
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes of the Transformer (paper Table 3 names)."""
 
-    n_layers: int = 6
-    decoder_layers: int = 0
-    d_model: int = 512
-    d_ff: int = 2048
-    n_heads: int = 8
-    dropout: float = field(default=0.1, metadata=NOT_A_SHAPE)
-    attention_dropout: float = field(default=SAME_AS_DROPOUT, metadata=NOT_A_SHAPE)
-    activation_dropout: float = field(default=SAME_AS_DROPOUT, metadata=NOT_A_SHAPE)
-    source_word_dropout: float = field(default=0.0, metadata=NOT_A_SHAPE)
-    norm_first: bool = True
-    tie_embeddings: bool = True
-    share_vocab: bool = True
-    max_positions: int = 1024
-    src_vocab_size: int = 0
-    tgt_vocab_size: int = 0
-    activation: str = "relu"
-    positional_layout: str = "interleaved"
-    positional: str = "sinusoidal"
-    arch: str = "encoder_decoder"
-    scale_embeddings: bool = True
-    embedding_init: str = field(default="xavier", metadata=NOT_A_SHAPE)
+    n_layers: int = option(6, "N: identical layers in the encoder, and in the decoder unless model.decoder_layers "
+                              "says otherwise (section 3.1); a decoder_only model's layers.")
+    decoder_layers: int = option(0, "Layers in the decoder when it differs from model.n_layers: a deep encoder "
+                                    "and a shallow decoder (Kasai et al., 2021; OPUS-MT's tiny models). "
+                                    "0 = model.n_layers. A translator's only.")
+    d_model: int = option(512, "d_model: the width of every sub-layer output and of the embeddings (section 3.1).")
+    d_ff: int = option(2048, "d_ff: the inner width of the position-wise feed-forward network (section 3.3).")
+    n_heads: int = option(8, "h: attention heads, each of width d_k = d_v = d_model / h (section 3.2.2); "
+                             "must divide model.d_model.")
+    dropout: float = option(0.1, "P_drop: dropout on every sub-layer's output and on the embedding sums "
+                                 "(section 5.4); also on the attention weights and inside the feed-forward "
+                                 "network where model.attention_dropout and model.activation_dropout are -1.",
+                            shape=False)
+    attention_dropout: float = option(SAME_AS_DROPOUT, "Dropout on the attention weights (not in the paper, "
+                                                       "which names only residual dropout): -1 = model.dropout, "
+                                                       "0 = none.", shape=False)
+    activation_dropout: float = option(SAME_AS_DROPOUT, "Dropout between W_1 and W_2 of the feed-forward "
+                                                        "network (not in the paper): -1 = model.dropout, "
+                                                        "0 = none.", shape=False)
+    norm_first: bool = option(True, "true: pre-norm, x + Sublayer(LayerNorm(x)), stabler on small batches and "
+                                    "small models; false: the paper's post-norm, LayerNorm(x + Sublayer(x)) "
+                                    "(section 3.1).")
+    tie_embeddings: bool = option(True, "The output projection before the softmax shares the target "
+                                        "embedding's weights (section 3.4).")
+    share_vocab: bool = option(True, "true: one embedding for both languages (one joint vocabulary, section "
+                                     "3.4); false: one per side (needed by data.joint_vocab: false).")
+    max_positions: int = option(1024, "Size of the positional table: the longest sequence, eos or bos included, "
+                                      "the model takes (a translator's at least data.max_len + 1).")
+    src_vocab_size: int = option(0, "Source vocabulary size: 0 = from the tokenizer (a run's config.yaml "
+                                    "records it).")
+    tgt_vocab_size: int = option(0, "Target vocabulary size: 0 = from the tokenizer (a run's config.yaml "
+                                    "records it).")
+    activation: str = option("relu", "The feed-forward network's activation: relu (the paper, section 3.3), "
+                                     "swish (SiLU, OPUS-MT's), gelu, or gelu_tanh (GPT-2's approximation).")
+    positional_layout: str = option("interleaved", "Layout of the sinusoidal encoding: interleaved (sin and cos "
+                                                   "alternate, section 3.5) or halves (all sines, then all "
+                                                   "cosines: Marian's).")
+    positional: str = option("sinusoidal", "Positions added to the embeddings: sinusoidal (section 3.5) or "
+                                           "learned (a trained table, Table 3 row E; not exportable to "
+                                           "Hugging Face).")
+    arch: str = option("encoder_decoder", "encoder_decoder (the paper's translator) or decoder_only (a GPT-style "
+                                          "language model of data.train_text).")
+    scale_embeddings: bool = option(True, "Multiply the embeddings by sqrt(d_model) (section 3.4); GPT-2 does not.")
+    embedding_init: str = option("xavier", "The token embedding's initial values: xavier (std "
+                                           "sqrt(2 / (V + d_model))) or normal (N(0, d_model^-0.5), as "
+                                           "tensor2tensor and fairseq).", shape=False)
 
     def validate(self) -> None:
         _require(self.arch in ARCHS, "model.arch", f"must be one of {', '.join(ARCHS)}")
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
         _require(self.decoder_layers >= 0, "model.decoder_layers", "must be >= 0 (0 = model.n_layers)")
         _require(self.decoder_layers == 0 or self.arch == "encoder_decoder", "model.decoder_layers",
-                 "sizes a translator's decoder only; a decoder_only model has model.n_layers layers (set 0)")
+                 "sizes a translator's decoder only; a decoder_only model has model.n_layers layers (set 0)",
+                 also=("model.arch",))
         _require(self.d_model >= 1, "model.d_model", "must be positive")
         _require(self.d_ff >= 1, "model.d_ff", "must be positive")
         _require(self.n_heads >= 1, "model.n_heads", "must be at least 1")
@@ -111,15 +147,13 @@ class ModelConfig:
             self.d_model % self.n_heads == 0,
             "model.d_model",
             f"must be divisible by model.n_heads ({self.d_model} % {self.n_heads} != 0)",
+            also=("model.n_heads",),
         )
         _require(0.0 <= self.dropout < 1.0, "model.dropout", "must be in [0, 1)")
         for key in ("attention_dropout", "activation_dropout"):
             value = getattr(self, key)
             _require(value == SAME_AS_DROPOUT or 0.0 <= value < 1.0, f"model.{key}",
                      f"must be in [0, 1), or {SAME_AS_DROPOUT:g} for the same as model.dropout")
-        _require(0.0 <= self.source_word_dropout < 1.0, "model.source_word_dropout", "must be in [0, 1) (0 = none)")
-        _require(self.source_word_dropout == 0.0 or self.arch == "encoder_decoder", "model.source_word_dropout",
-                 "drops a translator's source words; a decoder_only model has no source (set 0)")
         _require(self.max_positions >= 2, "model.max_positions", "must be at least 2")
         _require(self.src_vocab_size >= 0, "model.src_vocab_size", "must be >= 0 (0 = from the tokenizer)")
         _require(self.tgt_vocab_size >= 0, "model.tgt_vocab_size", "must be >= 0 (0 = from the tokenizer)")
@@ -150,34 +184,49 @@ class ModelConfig:
     @classmethod
     def shape_keys(cls) -> tuple[str, ...]:
         """The settings that must match to load another model's weights: every field but
-        those marked NOT_A_SHAPE (the dropouts)."""
-        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("shape", True))
+        those declared with shape=False (the dropouts and the embedding's initialization)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata["shape"])
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """Where the parallel text comes from and how it is cut into subwords and batches."""
 
-    task: str = ""
-    task_size: int = 20000
-    train_src: str = ""
-    train_tgt: str = ""
-    valid_src: str = ""
-    valid_tgt: str = ""
-    test_src: str = ""
-    test_tgt: str = ""
-    vocab_size: int = 8000
-    vocab_type: str = "bpe"
-    vocab_sample: int = 2_000_000
-    joint_vocab: bool = True
-    train_pairs: int = 0
-    max_tokens: int = 4096
-    batch_sentences: int = 0
-    max_len: int = 250
-    max_len_ratio: float = 3.0
-    train_text: str = ""
-    valid_text: str = ""
-    block_size: int = 128
+    task: str = option("", "A built-in corpus generated offline: numbers or copy (parallel text), or number_lines "
+                           "(a text for a language model); \"\" = read the files named below.")
+    task_size: int = option(20000, "Training lines (pairs) a built-in task generates; validation and test get 5% "
+                                   "(100 to 1000) each.")
+    train_src: str = option("", "Training source text, one sentence per line (.gz allowed).")
+    train_tgt: str = option("", "Training target text: line N translates line N of data.train_src.")
+    valid_src: str = option("", "Validation source text: checkpoint selection and early stopping.")
+    valid_tgt: str = option("", "Validation target text.")
+    test_src: str = option("", "Test source text: never trained or validated on; the run's config keeps it for "
+                               "scoring the run later (and the server's example sentence falls back to it).")
+    test_tgt: str = option("", "Test target text.")
+    vocab_size: int = option(8000, "Sentencepiece vocabulary size (of each side's vocabulary when "
+                                   "data.joint_vocab is false).")
+    vocab_type: str = option("bpe", "bpe or unigram (sentencepiece subwords), or word (whitespace words, the rest "
+                                    "`<unk>`).")
+    vocab_sample: int = option(2_000_000, "Sentences the vocabulary is trained on, drawn with train.seed, when "
+                                          "the corpus has more.")
+    joint_vocab: bool = option(True, "One vocabulary for both sides; false: one per side (needs "
+                                     "model.share_vocab: false).")
+    train_pairs: int = option(0, "Train (and build the vocabulary) on the first N usable pairs of the training "
+                                 "files only, as the study notes' select(range(N)); 0 = every pair.")
+    max_tokens: int = option(4096, "Tokens per batch, padding included; a step sees data.max_tokens x "
+                                   "train.accumulate x processes (the paper: ~25,000 a side, section 5.1).")
+    batch_sentences: int = option(0, "Batches of exactly this many sentences in a random order, an epoch's last "
+                                     "partial batch dropped (the study notes: 32); 0 = batches of "
+                                     "data.max_tokens (validation always uses data.max_tokens).")
+    max_len: int = option(250, "Training pairs with a side longer than this many subwords are dropped.")
+    max_len_ratio: float = option(3.0, "Training pairs whose longer side is more than this many times the "
+                                       "shorter are dropped.")
+    train_text: str = option("", "A language model's training text, one document or sentence per line "
+                                 "(.gz allowed).")
+    valid_text: str = option("", "A language model's validation text: loss, perplexity and bits per character; "
+                                 "best-model selection.")
+    block_size: int = option(128, "A language model's training block: tokens of context per sequence (at most "
+                                  "model.max_positions).")
 
     def validate(self) -> None:
         _require(self.block_size >= 1, "data.block_size", "must be at least 1 (tokens per training block)")
@@ -197,32 +246,44 @@ class DataConfig:
 class TrainConfig:
     """The paper's training recipe (section 5) plus the knobs a small machine needs."""
 
-    seed: int = 1
-    schedule: str = "paper"
-    lr_scale: float = 1.0
-    lr: float = 1e-3
-    warmup_steps: int = 4000
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = 1e-9
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
-    rdrop_alpha: float = 0.0
-    max_steps: int = 100000
-    max_seconds: float = 0.0
-    budget_minutes: float = 0.0
-    accumulate: int = 1
-    clip_norm: float = 0.0
-    precision: str = "auto"
-    device: str = "auto"
-    log_every: int = 50
-    valid_every: int = 1000
-    patience: int = 0
-    early_stop_metric: str = "bleu"
-    keep_last: int = 5
-    average_last: int = 0
-    average_every: int = 0
-    init_from: str = ""
-    init_checkpoint: str = "best"
+    seed: int = option(1, "Seeds the initial weights, the batch order and dropout: the same seed, the same run.")
+    schedule: str = option("paper", "The learning rate: paper (equation 3, times train.lr_scale), constant "
+                                    "(train.lr at every step), or linear (the paper's warmup, then down to ~0 at "
+                                    "train.max_steps).")
+    lr_scale: float = option(1.0, "Multiplies the paper's learning rate d_model^-0.5 x min(step^-0.5, step x "
+                                  "warmup_steps^-1.5) (equation 3), and so its peak.")
+    lr: float = option(1e-3, "The learning rate of train.schedule: constant (the other schedules do not use it).")
+    warmup_steps: int = option(4000, "Steps of linear warmup to the peak learning rate (section 5.3: 4000).")
+    adam_betas: tuple[float, float] = option((0.9, 0.98), "Adam's beta1 and beta2 (section 5.3).")
+    adam_eps: float = option(1e-9, "Adam's epsilon (section 5.3).")
+    weight_decay: float = option(0.0, "AdamW: each step, the matrices shrink by the learning rate x this (biases "
+                                      "and LayerNorms do not); 0 = Adam, as in the paper.")
+    label_smoothing: float = option(0.1, "epsilon_ls: the reference token's target is 1 - epsilon, the rest is "
+                                         "spread over the other tokens (section 5.4).")
+    max_steps: int = option(100000, "Optimizer steps to train (the paper: 100,000 for base, 300,000 for big).")
+    max_seconds: float = option(0.0, "Stop after this many seconds of training (0 = no limit).")
+    budget_minutes: float = option(0.0, "Train for this many minutes: the learning rate warms up for "
+                                        "train.warmup_steps, then decays to ~0 at the end of the budget, with "
+                                        "validation and averaged snapshots placed within it (a budget too short "
+                                        "for the warmup is refused); 0 = no budget: train.max_steps steps of "
+                                        "train.schedule.")
+    accumulate: int = option(1, "Batches per optimizer step (gradient accumulation).")
+    clip_norm: float = option(0.0, "Clip the global gradient norm to this (0 = no clipping).")
+    precision: str = option("auto", "Training arithmetic: auto (bf16 autocast where the hardware runs bf16 fast: "
+                                    "CUDA, CPUs with AVX-512 BF16 or AMX; else fp32), bf16 or fp32.")
+    device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
+    log_every: int = option(50, "Steps between training log lines (metrics.jsonl, TensorBoard).")
+    valid_every: int = option(1000, "Steps between validations and checkpoints.")
+    patience: int = option(0, "Stop after this many validations without improvement (0 = never stop early).")
+    early_stop_metric: str = option("bleu", "The validation metric that selects best.safetensors and stops early: "
+                                            "bleu, chrf or loss.")
+    keep_last: int = option(5, "Step checkpoints kept (`transformer-mt average` averages them).")
+    average_last: int = option(0, "Model snapshots averaged into average.safetensors at the end of training "
+                                  "(0 = none); the average becomes best.safetensors only if it validates better.")
+    average_every: int = option(0, "Steps between those snapshots (0 = train.valid_every).")
+    init_from: str = option("", "A run whose weights and vocabulary this run starts from (fine-tuning; the model "
+                                "sections must match); \"\" = from scratch.")
+    init_checkpoint: str = option("best", "Which weights of train.init_from: best, last or average.")
 
     def validate(self) -> None:
         _require(self.schedule in SCHEDULES, "train.schedule", f"must be one of {', '.join(SCHEDULES)}")
@@ -235,7 +296,6 @@ class TrainConfig:
         _require(self.adam_eps > 0, "train.adam_eps", "must be positive")
         _require(0.0 <= self.weight_decay < 1.0, "train.weight_decay", "must be in [0, 1) (0 = Adam, no decay)")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing", "must be in [0, 1)")
-        _require(self.rdrop_alpha >= 0, "train.rdrop_alpha", "must be >= 0 (0 = off: each sentence once)")
         _require(self.max_steps >= 1, "train.max_steps", "must be at least 1")
         _require(self.max_seconds >= 0, "train.max_seconds", "must be >= 0 (0 = no time limit)")
         _require(self.budget_minutes >= 0, "train.budget_minutes", "must be >= 0 (0 = no budget: train max_steps)")
@@ -256,12 +316,16 @@ class TrainConfig:
 class DecodeConfig:
     """How translations are searched for (section 6.1: beam 4, alpha 0.6, max source + 50)."""
 
-    beam: int = 4
-    length_penalty: float = 0.6
-    max_len_a: float = 1.0
-    max_len_b: int = 50
-    batch_tokens: int = 4096
-    precision: str = "fp32"
+    beam: int = option(4, "Beam size (1 = greedy search); the paper used 4 (section 6.1).")
+    length_penalty: float = option(0.6, "alpha of the length penalty ((5 + length) / 6)^alpha that divides a "
+                                        "hypothesis' log-probability (Wu et al., 2016); the paper used 0.6 "
+                                        "(section 6.1).")
+    max_len_a: float = option(1.0, "Outputs stop at max_len_a x source length + decode.max_len_b tokens (the "
+                                   "paper: source length + 50, section 6.1).")
+    max_len_b: int = option(50, "The b of that output length limit.")
+    batch_tokens: int = option(4096, "Source tokens per decoding batch.")
+    precision: str = option("fp32", "Decoding arithmetic, the same for validation, translate and evaluate: fp32, "
+                                    "bf16 (autocast), or auto (bf16 where the hardware runs it fast).")
 
     def validate(self) -> None:
         _require(self.beam >= 1, "decode.beam", "must be at least 1")
@@ -288,14 +352,16 @@ class Config:
         _require(language_model or self.data.max_len + 1 <= self.model.max_positions, "data.max_len",
                  f"training pairs of up to {self.data.max_len} subwords (+ eos or bos) need "
                  f"model.max_positions >= {self.data.max_len + 1}, got {self.model.max_positions}; "
-                 "lower data.max_len or raise model.max_positions")
+                 "lower data.max_len or raise model.max_positions", also=("model.max_positions", "model.arch"))
         _require(self.data.joint_vocab or not self.model.share_vocab, "data.joint_vocab",
-                 "false (separate source and target vocabularies) needs model.share_vocab: false")
+                 "false (separate source and target vocabularies) needs model.share_vocab: false",
+                 also=("model.share_vocab",))
         _require(not self.data.task or (self.data.task == "number_lines") == language_model, "data.task",
-                 "number_lines is a text for model.arch: decoder_only; numbers and copy are parallel corpora")
+                 "number_lines is a text for model.arch: decoder_only; numbers and copy are parallel corpora",
+                 also=("model.arch",))
         if language_model:
             _require(self.data.block_size <= self.model.max_positions, "data.block_size",
-                     f"must be <= model.max_positions ({self.model.max_positions})")
+                     f"must be <= model.max_positions ({self.model.max_positions})", also=("model.max_positions",))
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -303,9 +369,10 @@ class Config:
         return out
 
 
-def _require(ok: bool, key: str, what: str) -> None:
+def _require(ok: bool, key: str, what: str, also: tuple[str, ...] = ()) -> None:
+    """Raise "key: what" unless `ok`; `also` names the other keys the check depends on."""
     if not ok:
-        raise ConfigError(f"{key}: {what}")
+        raise ConfigError(f"{key}: {what}", (key, *also))
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
@@ -314,7 +381,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if origin is tuple:
         args = typing.get_args(hint)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ConfigError(f"{key}: expected a list of {len(args)} numbers, got {value!r}")
+            raise ConfigError(f"{key}: expected a list of {len(args)} numbers, got {value!r}", (key,))
         return tuple(_coerce(v, a, key) for v, a in zip(value, args))
     if hint is bool:
         if isinstance(value, bool):
@@ -331,30 +398,23 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if value is None:
             return ""
     name = getattr(hint, "__name__", str(hint))
-    raise ConfigError(f"{key}: expected {name}, got {value!r} ({type(value).__name__})")
+    raise ConfigError(f"{key}: expected {name}, got {value!r} ({type(value).__name__})", (key,))
 
 
 def _build_section(cls: type, values: Any, section: str) -> Any:
     if values is None:
         values = {}
     if not isinstance(values, dict):
-        raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}")
+        raise ConfigError(f"{section}: expected a mapping of keys, got {values!r}", (section,))
     hints = typing.get_type_hints(cls)
     allowed = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in values.items():
-        if (section, key) in RENAMED_KEYS:
-            new = RENAMED_KEYS[section, key]
-            log.warning("%s.%s is now called %s.%s; please rename it", section, key, section, new)
-            if new in values:
-                raise ConfigError(f"{section}.{key}: renamed to {section}.{new}, which is set too; keep one")
-            key = new
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(
-                f"{section}.{key}: unknown key{hint}; allowed: {', '.join(allowed)}"
-            )
+            dotted = f"{section}.{key}"
+            raise ConfigError(f"{dotted}: unknown key{hint}; allowed: {', '.join(allowed)}", (dotted,))
         kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
     return cls(**kwargs)
 
@@ -370,7 +430,7 @@ def config_from_dict(raw: Any) -> Config:
         raise ConfigError(f"expected a mapping with sections {', '.join(SECTIONS)}, got {raw!r}")
     for key in raw:
         if key not in SECTIONS:
-            raise ConfigError(f"{key}: unknown section; allowed: {', '.join(SECTIONS)}")
+            raise ConfigError(f"{key}: unknown section; allowed: {', '.join(SECTIONS)}", (str(key),))
     cfg = Config(**{name: _build_section(cls, raw.get(name), name) for name, cls in SECTIONS.items()})
     cfg.validate()
     return cfg
@@ -401,7 +461,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
-    """Read a YAML config (or preset), apply dotted overrides, validate."""
+    """Read a YAML config (or preset), apply dotted overrides, validate. A mistake is blamed
+    on the override that set the key it is about, else on the file."""
     path = resolve_config_path(name_or_path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -411,16 +472,33 @@ def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = ()) 
     raw = raw if raw is not None else {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with sections {', '.join(SECTIONS)}")
+    given = {}  # "section.key" -> the override that set it (the last one)
     for text in overrides:
         (section, key), value = parse_override(text)
-        entry = raw.setdefault(section, {})
+        entry = raw.get(section)
+        entry = {} if entry is None else entry
         if not isinstance(entry, dict):
-            raise ConfigError(f"{section}: expected a mapping of keys")
-        entry[key] = value
+            raise ConfigError(f"{path}: {section}: expected a mapping of keys, got {entry!r}")
+        raw[section] = {**entry, key: value}
+        given[f"{section}.{key}"] = text
     try:
         return config_from_dict(raw)
     except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
+        raise ConfigError(_blame(err, path, given), err.keys) from None
+
+
+def _blame(err: ConfigError, path: Path, given: dict[str, str]) -> str:
+    """The message of `err` led by what set its keys: the override of its own key
+    ("--train.max_steps=-1: must be at least 1"), else an override of a key the check
+    depends on or of its section ("--model.n_heads=5: model.d_model: must be divisible ..."),
+    else the file ("tiny.yaml: model.d_model: ...")."""
+    message = str(err)
+    if err.keys and err.keys[0] in given:
+        return f"{given[err.keys[0]]}: {message.removeprefix(err.keys[0] + ': ')}"
+    for dotted, text in given.items():
+        if any(dotted == key or dotted.startswith(key + ".") for key in err.keys):
+            return f"{text}: {message}"
+    return f"{path}: {message}"
 
 
 def config_yaml(cfg: Config) -> str:
@@ -432,3 +510,51 @@ def replace(cfg: Any, **changes: Any) -> Any:
     """dataclasses.replace, re-exported so callers need one import."""
     return dataclasses.replace(cfg, **changes)
 
+
+
+REGENERATE = "python -m transformer_mt.config > docs/options.md"
+
+
+def options_markdown() -> str:
+    """The reference of every option, generated from the fields' help: docs/options.md."""
+    lines = [
+        f"Generated from src/transformer_mt/config.py by `{REGENERATE}`: edit the help there, not here.",
+        "",
+        "# Config options",
+        "",
+        "A config has four sections. A preset (src/transformer_mt/configs/) or your own YAML file sets only",
+        "the keys that differ from these defaults; `--section.key=value` after a command overrides any key",
+        "(`transformer-mt train small --run runs/x --train.max_steps=100`). Section numbers are those of",
+        "the paper, Attention Is All You Need.",
+    ]
+    for name, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        lines += ["", f"## {name}", "", cls.__doc__.strip(), "",
+                  "| key | type | default | what it does |", "| --- | --- | --- | --- |"]
+        for f in dataclasses.fields(cls):
+            cells = (f"`{name}.{f.name}`", _type_name(hints[f.name]), f"`{_yaml_value(f.default)}`",
+                     f.metadata["help"].replace("|", "\\|"))
+            lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _type_name(hint: Any) -> str:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple:
+        return f"list of {len(args)} {args[0].__name__}s"
+    return {str: "text"}.get(hint, hint.__name__)
+
+
+def _yaml_value(value: Any) -> str:
+    """A default as it is written in YAML: true, "", [0.9, 0.98], 1e-09."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return f"[{', '.join(map(_yaml_value, value))}]"
+    if value == "":
+        return '""'
+    return str(value)
+
+
+if __name__ == "__main__":
+    print(options_markdown(), end="")

@@ -21,9 +21,9 @@ def cli(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.Comp
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["train", "tiny", "--run", "RUN", "--model.d_model=31"], "model.d_model: must be divisible"),
-        (["train", "tiny", "--run", "RUN", "--model.dropout=1.5"], "model.dropout: must be in [0, 1)"),
-        (["train", "tiny", "--run", "RUN", "--model.colour=red"], "model.colour: unknown key"),
+        (["train", "tiny", "--run", "RUN", "--model.d_model=31"], "--model.d_model=31: must be divisible"),
+        (["train", "tiny", "--run", "RUN", "--model.dropout=1.5"], "--model.dropout=1.5: must be in [0, 1)"),
+        (["train", "tiny", "--run", "RUN", "--model.colour=red"], "--model.colour=red: unknown key"),
         (["train", "nonexistent", "--run", "RUN"], "no such config file or preset"),
         (["translate", "NOWHERE"], "none: no such run directory"),
     ],

@@ -89,7 +89,7 @@ def test_the_exports_refuse_separate_vocabularies_in_one_line(trained, tmp_path:
 
 
 def test_separate_vocabularies_need_unshared_embeddings() -> None:
-    with pytest.raises(ConfigError, match=r"data\.joint_vocab: false .* needs model\.share_vocab: false$") as err:
+    with pytest.raises(ConfigError, match=r"^--data\.joint_vocab=false: false .* needs model\.share_vocab: false$") as err:
         tiny_config(data__joint_vocab="false")
     assert "\n" not in str(err.value)
 

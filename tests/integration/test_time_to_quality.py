@@ -41,12 +41,6 @@ def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: 
     (again,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert Path(again["run"]).name == Path(record["run"]).name + "_2" and Path(record["run"]).is_dir()
     assert results.read_text().splitlines() == kept.splitlines() + [json.dumps(again)]
-    selection = load_benchmark("model_selection")  # the run's checkpoints against its average, on val halves
-    assert selection.main([record["run"], "--splits", "2", "--json"]) == 0
-    (measured,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"]
-    steps = [int(name.removeprefix("step_")) for name in measured["validation"] if name != "average"]
-    assert steps and "average" in measured["validation"] and steps == sorted(steps)
-    assert set(measured["held_out"]) == {"trainer", "best checkpoint", "average", "last"}
 
 
 def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
@@ -67,24 +61,71 @@ def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
         != ttq.key({"preset": "multi30k_en_de", "budget_minutes": 60, "recipe": today})
 
 
-# A value other than the default for each of time_to_quality.ADDED_KEYS: it must change the fingerprint.
-CHANGED = {"decoder_layers": 1, "weight_decay": 0.5, "rdrop_alpha": 1.0, "source_word_dropout": 0.1,
-           "embedding_init": "normal"}
+PRESETS = ("multi30k_en_de", "multi30k_de_en")
+
+
+def committed_records(ttq) -> list[dict]:
+    return [json.loads(line) for line in ttq.RESULTS.read_text().splitlines() if line.strip()]
 
 
 def test_the_committed_results_hold_runs_of_the_presets_as_they_are() -> None:
     """The README's and docs' time-to-quality numbers are the committed records of today's
     presets: each preset's fingerprint matches recorded hours, and with dropout 0.2 recorded
-    half hours (a key added to the config since, at its default, leaves fingerprints as they were)."""
+    half hours. A key outside FINGERPRINTED (added since the records began) at its default
+    leaves the fingerprint as it was; set otherwise, it is another recipe."""
+    from transformer_mt.config import Config
+
     ttq = load_benchmark("time_to_quality")
-    records = [json.loads(line) for line in ttq.RESULTS.read_text().splitlines() if line.strip()]
-    for preset in ("multi30k_en_de", "multi30k_de_en"):
+    records = committed_records(ttq)
+    defaults = Config().to_dict()
+    for preset in PRESETS:
         runs = ttq.todays_runs(records, preset)
         assert 60.0 in {float(r["budget_minutes"]) for r in runs[""]}, preset
         assert 30.0 in {float(r["budget_minutes"]) for r in runs[" (dropout 0.2)"]}, preset
-        for (section, name), default in ttq.ADDED_KEYS.items():
-            assert ttq.recipe(preset, [f"--{section}.{name}={default}"]) == ttq.recipe(preset, [])
-            assert ttq.recipe(preset, [f"--{section}.{name}={CHANGED[name]}"]) != ttq.recipe(preset, [])
+        today = ttq.recipe(preset, [])
+        for section, values in defaults.items():
+            for name in set(values) - set(ttq.FINGERPRINTED[section].split()):
+                value = json.dumps(values[name]) if isinstance(values[name], str) else values[name]
+                assert ttq.recipe(preset, [f"--{section}.{name}={value}"]) == today, name
+        assert ttq.recipe(preset, ["--model.decoder_layers=1"]) != today
+        assert ttq.recipe(preset, ["--train.weight_decay=0.01"]) != today
+
+
+class WithOption:
+    """A config as it would be with one more option, model.new_option = `value` (default 0)."""
+
+    def __init__(self, cfg, value: int) -> None:
+        self.cfg, self.value = cfg, value
+
+    def to_dict(self) -> dict:
+        out = self.cfg.to_dict()
+        out["model"]["new_option"] = self.value
+        return out
+
+
+def test_an_option_added_to_the_config_leaves_every_record_matching(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding an option needs no edit in time_to_quality.py: at its default, every committed
+    record matches what it matched before, the fingerprints of the presets and their variants
+    are as they were; a run that sets the option is another recipe."""
+    ttq = load_benchmark("time_to_quality")
+    records = committed_records(ttq)
+
+    def matched() -> dict:
+        return {preset: {label: [records.index(r) for r in runs]
+                         for label, runs in ttq.todays_runs(records, preset).items()} for preset in PRESETS}
+
+    def fingerprints() -> list[str]:
+        return [ttq.recipe(preset, overrides, lowercase) for preset in PRESETS for overrides in ttq.VARIANTS.values()
+                for lowercase in (False, True)]
+
+    before, fingerprinted = matched(), fingerprints()
+    assert sum(map(len, before["multi30k_en_de"].values())) >= 10
+    load_config, config = ttq.load_config, ttq.Config
+    monkeypatch.setattr(ttq, "Config", lambda: WithOption(config(), 0))
+    monkeypatch.setattr(ttq, "load_config", lambda *args: WithOption(load_config(*args), 0))
+    assert matched() == before and fingerprints() == fingerprinted
+    monkeypatch.setattr(ttq, "load_config", lambda *args: WithOption(load_config(*args), 1))
+    assert not set(fingerprints()) & set(fingerprinted)
 
 
 def test_the_markdown_table_lists_the_runs_of_todays_recipe_only() -> None:
@@ -174,42 +215,6 @@ def test_a_run_folder_is_named_by_what_it_trains(tmp_path: Path) -> None:
     today.mkdir()
     assert ttq.run_folder(tmp_path, "multi30k_en_de", 60, [], again=False) == today
     assert ttq.run_folder(tmp_path, "multi30k_en_de", 60, [], again=True) == tmp_path / (today.name + "_2")
-
-
-def test_an_ema_is_the_running_mean_its_decay_defines() -> None:
-    """WeightEMA after each step: ema <- d * ema + (1 - d) * w, from the weights of its first
-    step on; checked against the sum it unrolls to, e_n = d^n w_0 + sum_k (1 - d) d^(n-k) w_k."""
-    import torch
-    ttq = load_benchmark("time_to_quality")
-    model = torch.nn.Linear(2, 1)
-    trainer = type("FakeTrainer", (), {"model": model})()
-    ema = ttq.WeightEMA([0.5, 0.9])
-    seen = []
-    for step in range(6):
-        with torch.no_grad():
-            model.weight.fill_(float(step * step))
-        seen.append(float(step * step))
-        ema.after_step(trainer)
-    for decay in (0.5, 0.9):
-        n = len(seen) - 1
-        expected = decay ** n * seen[0] + sum((1 - decay) * decay ** (n - k) * seen[k] for k in range(1, n + 1))
-        assert ema.averages[decay][0].flatten().tolist() == pytest.approx([expected] * 2, rel=1e-6)
-
-
-def test_ema_decays_are_validated_and_recorded_beside_the_average(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                  capsys) -> None:
-    ttq = load_benchmark("time_to_quality")
-    write_multi30k(tmp_path / "data", ("en", "de"), lines=40, splits=("train", "val", "test_2016_flickr"), seed=1)
-    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.1", "--data", str(tmp_path / "data"),
-            "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results.jsonl"), "--json",
-            "--ema", "0.5,0.9", *SMALL]
-    monkeypatch.setattr(sys, "argv", argv)
-    assert ttq.main() == 0
-    (record,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert set(record["ema_valid_bleu"]) == {"0.5", "0.9"}
-    assert all(0 <= bleu <= 100 for bleu in record["ema_valid_bleu"].values())
-    events = [json.loads(line) for line in (Path(record["run"]) / "metrics.jsonl").read_text().splitlines()]
-    assert [e["decay"] for e in events if e["event"] == "ema"] == [0.5, 0.9]
 
 
 def test_runs_of_a_much_faster_host_are_charted_apart() -> None:

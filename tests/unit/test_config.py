@@ -1,16 +1,25 @@
-"""Configs: presets load, mistakes are caught at load time with the key named."""
+"""Configs: presets load and hold only what differs from the defaults, every option is
+documented once and listed in docs/options.md, and mistakes are caught at load time with the
+file or override and the key named."""
 
 from __future__ import annotations
 
+import dataclasses
+import runpy
+import warnings
 from pathlib import Path
 
 import pytest
 
-from transformer_mt.config import CONFIG_DIR, TASK_NAMES, ConfigError, load_config
+from transformer_mt.config import (CONFIG_DIR, SECTIONS, TASK_NAMES, Config, ConfigError, load_config, options_markdown,
+                                   parse_yaml)
 from transformer_mt.data.toy_corpora import TOY_CORPORA
 
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+
+@pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_loads(name: str) -> None:
     cfg = load_config(name)
     assert cfg.model.d_model % cfg.model.n_heads == 0
@@ -25,11 +34,34 @@ def test_paper_presets() -> None:
     assert base.train.adam_betas == (0.9, 0.98) and base.train.label_smoothing == 0.1
 
 
-def test_every_preset_key_is_commented() -> None:
-    for path in CONFIG_DIR.glob("*.yaml"):
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if line.startswith("  ") and ":" in line:
-                assert "#" in line, f"{path.name}:{number} has no comment"
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_preset_holds_only_keys_that_differ_from_the_defaults(name: str) -> None:
+    """The defaults and their documentation live in config.py; a preset says what it changes."""
+    raw = parse_yaml((CONFIG_DIR / f"{name}.yaml").read_text(encoding="utf-8"), name)
+    defaults = Config().to_dict()
+    restated = [f"{section}.{key}" for section, values in raw.items() for key, value in values.items()
+                if value == defaults[section][key]]
+    assert not restated, f"{name}.yaml restates defaults: {restated}"
+
+
+def test_every_option_has_help_and_the_reference_page_is_generated_from_it() -> None:
+    for section, cls in SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            assert len(field.metadata["help"].strip()) > 10, f"{section}.{field.name} has no help"
+    page = options_markdown()
+    keys = [f"`{section}.{field.name}`" for section, cls in SECTIONS.items() for field in dataclasses.fields(cls)]
+    assert all(page.count(f"| {key} |") == 1 for key in keys)
+    assert "| `train.adam_betas` | list of 2 floats | `[0.9, 0.98]` | Adam's beta1 and beta2 (section 5.3). |" in page
+    assert "| `model.norm_first` | bool | `true` |" in page and "| `data.task` | text | `\"\"` |" in page
+    assert (ROOT / "docs" / "options.md").read_text(encoding="utf-8") == page, \
+        "docs/options.md is out of date: python -m transformer_mt.config > docs/options.md"
+
+
+def test_python_m_transformer_mt_config_prints_the_reference_page(capsys: pytest.CaptureFixture) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # config is imported already: runpy runs it again
+        runpy.run_module("transformer_mt.config", run_name="__main__")
+    assert capsys.readouterr().out == options_markdown()
 
 
 def test_overrides_apply() -> None:
@@ -40,28 +72,70 @@ def test_overrides_apply() -> None:
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("--model.d_modle=3", "model.d_modle: unknown key (did you mean 'd_model'?)"),
-        ("--model.d_model=31", "model.d_model: must be divisible by model.n_heads"),
-        ("--model.dropout=1.0", "model.dropout: must be in [0, 1)"),
-        ("--model.dropout=-0.1", "model.dropout: must be in [0, 1)"),
-        ("--train.max_steps=many", "train.max_steps: expected int"),
-        ("--train.precision=fp8", "train.precision: must be 'auto', 'bf16' or 'fp32'"),
-        ("--decode.beam=0", "decode.beam: must be at least 1"),
-        ("--model.activation=tanh", "model.activation: must be one of relu, swish, gelu"),
-        ("--model.positional_layout=random", "model.positional_layout: must be one of interleaved, halves"),
-        ("--model.positional=rotary", "model.positional: must be one of sinusoidal, learned"),
-        ("--model.embedding_init=uniform", "model.embedding_init: must be one of xavier, normal"),
-        ("--data.train_pairs=-1", "data.train_pairs: must be >= 0 (0 = every training pair)"),
-        ("--model.decoder_layers=-1", "model.decoder_layers: must be >= 0 (0 = model.n_layers)"),
-        ("--train.weight_decay=1.5", "train.weight_decay: must be in [0, 1) (0 = Adam, no decay)"),
-        ("--train.rdrop_alpha=-1", "train.rdrop_alpha: must be >= 0 (0 = off: each sentence once)"),
+        ("--model.d_modle=3", "unknown key (did you mean 'd_model'?)"),
+        ("--model.d_model=31", "must be divisible by model.n_heads (31 % 4 != 0)"),
+        ("--model.dropout=1.0", "must be in [0, 1)"),
+        ("--model.dropout=-0.1", "must be in [0, 1)"),
+        ("--train.max_steps=many", "expected int, got 'many' (str)"),
+        ("--train.precision=fp8", "must be 'auto', 'bf16' or 'fp32'"),
+        ("--decode.beam=0", "must be at least 1"),
+        ("--model.activation=tanh", "must be one of relu, swish, gelu"),
+        ("--model.positional_layout=random", "must be one of interleaved, halves"),
+        ("--model.positional=rotary", "must be one of sinusoidal, learned"),
+        ("--model.embedding_init=uniform", "must be one of xavier, normal"),
+        ("--data.train_pairs=-1", "must be >= 0 (0 = every training pair)"),
+        ("--model.decoder_layers=-1", "must be >= 0 (0 = model.n_layers)"),
+        ("--train.weight_decay=1.5", "must be in [0, 1) (0 = Adam, no decay)"),
         ("--trian.seed=1", "trian: unknown section"),
     ],
 )
-def test_bad_values_name_the_key(override: str, message: str) -> None:
+def test_bad_values_name_the_override_and_say_what_is_allowed(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config("tiny", [override])
-    assert message in str(err.value)
+    assert str(err.value).startswith(f"{override}: {message}")
+
+
+@pytest.mark.parametrize("preset,override,message", [
+    ("tiny", "--train.budget_minutes=-1", "must be >= 0 (0 = no budget: train max_steps)"),  # out of range
+    ("tiny", "--train.max_steps=-1", "must be at least 1"),
+    ("tiny", "--data.vocab_size=-5", "must be at least 8"),
+    ("tiny", "--train.budget_minutes=abc", "expected float, got 'abc' (str)"),  # wrong type
+    ("tiny", "--train.max_stepz=5", "unknown key (did you mean 'max_steps'?); allowed: seed, "),  # unknown key
+    ("tiny", "--model.n_heads=5", "model.d_model: must be divisible by model.n_heads (64 % 5 != 0)"),  # a key it checks
+    ("tiny", "--model.max_positions=100", "data.max_len: training pairs of up to 250 subwords"),
+    ("lm_tiny", "--model.arch=encoder_decoder", "data.max_len: training pairs of up to 250 subwords"),
+])
+def test_a_bad_override_is_blamed_on_the_override_not_on_the_preset(preset: str, override: str, message: str) -> None:
+    """The preset file is fine, the override is not (issue 64): the message starts with the
+    override as the user typed it, and names no file."""
+    with pytest.raises(ConfigError) as err:
+        load_config(preset, ["--train.seed=3", override, "--decode.beam=2"])
+    assert str(err.value).startswith(f"{override}: {message}"), str(err.value)
+    assert ".yaml" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_mistake_of_the_file_still_names_the_file_when_overrides_are_given(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("model:\n  n_heads: 3\ntrain:\n  max_steps: -2\n")
+    with pytest.raises(ConfigError, match=r"^.*mine\.yaml: model\.d_model: must be divisible by model\.n_heads"):
+        load_config(path, ["--train.max_steps=5", "--model.dropout=0.2"])
+    with pytest.raises(ConfigError, match=r"^.*mine\.yaml: train\.max_steps: must be at least 1"):
+        load_config(path, ["--model.n_heads=4"])
+    path.write_text("model: 5\n")
+    with pytest.raises(ConfigError, match=r"^.*mine\.yaml: model: expected a mapping of keys, got 5$"):
+        load_config(path, ["--model.d_model=8"])
+    path.write_text("model:\ndata:\n  task: copy\n")  # an empty section takes overrides
+    assert load_config(path, ["--model.d_model=8", "--model.n_heads=2"]).model.d_model == 8
+
+
+@pytest.mark.parametrize("line", ["model:\n  max_len: 300", "model:\n  source_word_dropout: 0.1",
+                                  "train:\n  rdrop_alpha: 5"])
+def test_removed_and_renamed_keys_are_unknown_keys(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text(line + "\n")
+    dotted = ".".join(part.strip().split(":")[0] for part in line.splitlines())
+    with pytest.raises(ConfigError, match=rf"old\.yaml: {dotted}: unknown key"):
+        load_config(path)
 
 
 def test_bad_yaml_file(tmp_path: Path) -> None:
@@ -98,19 +172,9 @@ def test_names_with_numbers_stay_strings() -> None:
     assert load_config("tiny", ["--data.train_src=e5"]).data.train_src == "e5"
 
 
-def test_old_model_max_len_is_read_as_max_positions_with_a_warning(tmp_path: Path, caplog) -> None:
-    path = tmp_path / "old.yaml"
-    path.write_text("model:\n  max_len: 300\n")
-    with caplog.at_level("WARNING", logger="transformer_mt"):
-        cfg = load_config(path)
-    assert cfg.model.max_positions == 300
-    assert "model.max_len is now called model.max_positions" in caplog.text
-    with pytest.raises(ConfigError, match="renamed to model.max_positions, which is set too"):
-        load_config("tiny", ["--model.max_len=300"])
-
-
 def test_training_length_must_fit_the_positional_table() -> None:
-    with pytest.raises(ConfigError, match=r"data.max_len: .* need model.max_positions >= 301, got 300"):
+    with pytest.raises(ConfigError, match=r"^--data.max_len=300: training pairs .* need model.max_positions >= 301, "
+                                          r"got 300"):
         load_config("tiny", ["--model.max_positions=300", "--data.max_len=300"])
     assert load_config("tiny", ["--model.max_positions=301", "--data.max_len=300"]).data.max_len == 300
 
@@ -135,21 +199,22 @@ def test_config_imports_nothing_of_the_package() -> None:
 
 
 @pytest.mark.parametrize("override,message", [
-    ("train.schedule=cosine", "train.schedule: must be one of paper, constant"),
-    ("train.lr=0", "train.lr: must be positive"),
-    ("train.average_last=-1", "train.average_last: must be >= 0"),
-    ("train.average_every=-2", "train.average_every: must be >= 0"),
+    ("train.schedule=cosine", "must be one of paper, constant"),
+    ("train.lr=0", "must be positive"),
+    ("train.average_last=-1", "must be >= 0"),
+    ("train.average_every=-2", "must be >= 0"),
 ])
 def test_schedule_and_averaging_keys_are_checked(override: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError) as err:
         load_config("tiny", [f"--{override}"])
+    assert str(err.value).startswith(f"--{override}: {message}")
 
 
 def test_shape_keys_are_the_model_fields_but_the_dropouts_and_the_embedding_init() -> None:
     from transformer_mt.config import ModelConfig
 
     keys = ModelConfig.shape_keys()
-    assert not {"dropout", "attention_dropout", "activation_dropout", "source_word_dropout", "embedding_init"} & set(keys)
+    assert not {"dropout", "attention_dropout", "activation_dropout", "embedding_init"} & set(keys)
     assert {"n_layers", "decoder_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
             "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout", "positional", "arch", "scale_embeddings"} == set(keys)
 
@@ -158,6 +223,6 @@ def test_decoder_layers_is_refused_for_a_language_model() -> None:
     """A decoder_only model has model.n_layers layers: a decoder_layers it would ignore is refused."""
     with pytest.raises(ConfigError) as err:
         load_config("lm_tiny", ["--model.decoder_layers=1"])
-    assert "model.decoder_layers: sizes a translator's decoder only" in str(err.value)
+    assert str(err.value).startswith("--model.decoder_layers=1: sizes a translator's decoder only")
     assert load_config("tiny", ["--model.decoder_layers=1"]).model.n_decoder_layers == 1
     assert load_config("tiny").model.n_decoder_layers == load_config("tiny").model.n_layers == 2

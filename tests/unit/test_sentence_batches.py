@@ -101,5 +101,5 @@ def test_training_takes_sentence_batches(tmp_path: Path) -> None:
 
 
 def test_a_negative_count_names_the_key() -> None:
-    with pytest.raises(ConfigError, match=r"data.batch_sentences: must be >= 0 \(0 = batches of data.max_tokens\)"):
+    with pytest.raises(ConfigError, match=r"^--data.batch_sentences=-1: must be >= 0 \(0 = batches of data.max_tokens\)"):
         tiny_config(data__batch_sentences=-1)

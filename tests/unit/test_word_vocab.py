@@ -82,5 +82,5 @@ def test_a_run_trains_a_word_vocabulary_from_its_config(tmp_path: Path) -> None:
 
 def test_the_config_accepts_word_and_names_the_key_otherwise() -> None:
     assert load_config("tiny", ["data.vocab_type=word"]).data.vocab_type == "word"
-    with pytest.raises(ConfigError, match=r"data\.vocab_type: must be one of bpe, unigram, word$"):
+    with pytest.raises(ConfigError, match=r"^data\.vocab_type=words: must be one of bpe, unigram, word$"):
         load_config("tiny", ["data.vocab_type=words"])
