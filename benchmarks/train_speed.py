@@ -20,39 +20,17 @@ nn.Transformer has one dropout for everything; it gets the preset's model.dropou
 multi30k recipe drops only sub-layer outputs, so there it also drops attention weights and FFN
 activations, which costs it time).
 
-From 2026-11-25 to 2026-11-29 ours ran at make_optimizer's placeholder lr of 1.0 (the trainer's
-schedule sets the real one every step): within a few steps its logits had a standard deviation
-of ~80, and its loss took 76-220 ms a step at the recipe's shape in bf16, against ~56 ms for a
-trained model's real Multi30k batches (logits within -20..16) on the same host. One run before
-the fix and one after, the same host, target tokens/s ours / nn.Transformer: small bf16 4,083 /
-3,403 (1.20x) -> 5,251 / 3,559 (1.48x); the recipe's shape bf16 5,817 / 4,464 (1.30x) -> 7,653 /
-4,653 (1.64x) (docs/benchmarks.md). The ratios measured in those days understate ours.
+Both step at LR, not at make_optimizer's placeholder rate of 1.0 (the trainer's schedule sets
+the real one every step): at 1.0 the weights are wrecked within a few steps, the logits grow
+large and the loss's softmax gets slower, so the ratio would understate ours.
 
-What made our step faster, each measured side by side on a 2-core CPU (docs/benchmarks.md):
-  - the label-smoothed loss on real target tokens only, fused into two cache-sized passes over
-    the logits: F.cross_entropy with label_smoothing was a third of a small bf16 step;
-  - that loss's gradient made in the forward's blocks from the one softmax it needs, so the
-    backward only scales it: loss and gradient of 4,000 x 8,000 bf16 logits 39 -> 26 ms, the
-    multi30k_en_de bf16 step +3.7% (2026-11-25, AMD EPYC, 3 alternating pairs);
-  - the trainer's 1/tokens applied in those blocks (the backward then has nothing left to scale:
-    one pass over the N x V gradient fewer), in blocks of 64 rows that stay in L2: generator and
-    loss 93-101 -> 71-79 ms, the multi30k_en_de bf16 step +5-13% (2026-11-28, Xeon with AMX);
-  - dropout masks from 16 random bits per element instead of a bernoulli_ draw each: a fifth;
-  - glibc told to keep freed memory (device.reuse_freed_memory): no page faults per step;
-  - Adam fused into one kernel: 7 ms instead of 27 ms per step for small's 7.6M parameters;
-  - attention written out in CPU training instead of SDPA, whose CPU flash kernel has a slow
-    backward at small heads: a d_model 128 x 4-layer step without attention dropout took 219 ms
-    instead of 419 (model/attention.py).
---profile adds each row's ms per step and the ms its matrix products take (the profiler's self time
-of mm, addmm and bmm over the same steps of a fresh model), and prints nn.Transformer's step over
-ours' products: the most the ratio can be if everything but the products took no time. On a 2-core
-AMD EPYC (peaks 183 / 413), 2026-12-01: small bf16 1.78x at most (measured 0.97x; 1.04x earlier that
-day), small fp32 1.65x (1.32x), the recipe's shape bf16 2.99x (1.62x), fp32 2.65x (1.42x): on such a
-host the small preset's 2x is out of reach with PyTorch's matrix products (docs/benchmarks.md).
-torch.compile with varying batch shapes recompiled and was slower; even one fixed shape, compiled
-once (the best case of padding batches to a few buckets), was 3% faster without dropout and 46%
-slower with it at the recipe's shape in bf16 (docs/benchmarks.md). The generator fused into the loss,
-block by block so the N x V scores are never stored, was exact and no faster (0.96-1.01x a step).
+--profile adds each row's ms per step and the ms its matrix products take (the profiler's self
+time of mm, addmm and bmm over the same steps of a fresh model), and prints nn.Transformer's step
+over ours' products: the most the ratio can be if everything but the products took no time.
+--compile times torch.compile'd models too.
+
+The tables, what they mean, what made our step faster and what was tried and not kept:
+docs/benchmarks.md#training-speed.
 """
 
 from __future__ import annotations
