@@ -1,30 +1,29 @@
-"""Looking inside a Translator's decisions: the beam search of one sentence step by step,
-and the attention weights of a sentence pair, with equation 1 spelt out for one query.
+"""Looking inside a translation model: the attention weights of a source and an output
+the model is forced to produce, and equation 1 spelt out for one query of one head.
 
-`Translator.steps`, `attention`, `explain` and `hypothesis_of` call these functions; the
-batched translation in translator.py knows nothing of them. The weights come from
-`record_attention` (model/recording.py), which hooks the shared model for one pass: that
-pass must run alone on the model (the server holds its lock)."""
+The functions here take the model, its tokenizer and ids, never a Translator:
+`Translator.attention` and `Translator.explain` (translator.py) turn text into those ids
+and call them. The weights
+come from `record_attention` (model/recording.py), which hooks the shared model for one
+pass: that pass must run alone on the model (the server holds its lock). `check_layer_head`
+and `equation_1` serve the language model's page as well (lm_inspection.py)."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import torch
 
-from transformer_mt.config import DecodeConfig
-from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID
-from transformer_mt.decoding.trace import Trace, trace_beam_search
-from transformer_mt.device import autocast, resolve_precision
+from transformer_mt.data.specials import BOS_ID, PAD_ID
+from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.device import autocast
 from transformer_mt.errors import UserError
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.recording import AttentionRecorder, record_attention
-
-if TYPE_CHECKING:
-    from transformer_mt.translator import Hypothesis, Translator
+from transformer_mt.model.transformer import EncoderDecoder
 
 ATTENTION_KINDS = ("encoder", "decoder", "cross")
 
@@ -91,63 +90,37 @@ def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int, first: 
             raise UserError(f"{name} must be between {first} and {first + count - 1}{counted}, got {value}")
 
 
-# ---- step by step ----------------------------------------------------------------------
-def steps(translator: Translator, sentence: str, settings: DecodeConfig | None = None, top_k: int = 5,
-          prefix: list[str] | None = None) -> Trace:
-    """The beam search of one sentence step by step (decoding/trace.py), after the
-    forced target subwords `prefix` (pieces, as `Hypothesis.tokens` gives them).
-    Without a prefix it ends with the translation `search` gives with `settings`."""
-    settings = settings if settings is not None else translator.defaults
-    src_ids = translator._encode([sentence])[0]
-    if not src_ids:
-        raise UserError("the sentence to decode is empty")
-    forced = [piece_id(translator, piece) for piece in prefix or []]
-    limit = int(translator._output_limits(torch.tensor([len(src_ids) + 1]), settings))
-    device = translator.device
-    src = torch.tensor([src_ids + [EOS_ID]], device=device)
-    with torch.inference_mode(), autocast(device, resolve_precision(settings.precision, device)):
-        return trace_beam_search(translator.model, src, settings.beam, limit, BOS_ID, EOS_ID, PAD_ID,
-                                 settings.length_penalty, top_k, forced, banned=NEVER_EMITTED)
-
-
-def piece_id(translator: Translator, piece: str) -> int:
-    """The id of a target subword a user forces; unknown pieces and specials are refused."""
-    tokenizer = translator.tokenizer
-    found = tokenizer.piece_to_id(piece)
-    if found in SPECIAL_IDS or (found == UNK_ID and piece != tokenizer.id_to_piece([UNK_ID])[0]):
-        raise UserError(f"prefix token {piece!r} is not a subword of this model's vocabulary")
-    return found
-
-
-def hypothesis_of(translator: Translator, pieces: list[str]) -> Hypothesis:
-    """The output given as subword pieces (as `Hypothesis.tokens`, optionally ending
-    with </s>), for showing its attention."""
-    eos = translator.tokenizer.id_to_piece([EOS_ID])[0]
-    finished = bool(pieces) and pieces[-1] == eos
-    ids = [piece_id(translator, piece) for piece in (pieces[:-1] if finished else pieces)]
-    return translator._hypothesis(ids, 0.0, finished)
-
-
 # ---- attention ---------------------------------------------------------------------------
-def attention(translator: Translator, sentence: str, hypothesis: Hypothesis | None = None,
-              settings: DecodeConfig | None = None) -> AttentionMaps:
-    """Attention weights of one sentence and a translation of it (see `Translator.attention`)."""
-    with _forced_pass(translator, sentence, hypothesis, settings) as (maps, _):
-        return maps
+@contextmanager
+def forced_pass(model: EncoderDecoder, tokenizer: Tokenizer, src: torch.Tensor, output: list[int],
+                translation: str, precision: str) -> Iterator[tuple[AttentionMaps, AttentionRecorder]]:
+    """One teacher-forced pass of `model` with every attention module recorded: src (1, S)
+    is the source's ids and eos, `output` the output's ids (with eos when the translation
+    finished), `translation` its text, `precision` a resolved one (device.py). Inside the
+    block the recorder still holds what it saw (weights and the q, k, mask of equation 1)."""
+    device = src.device
+    tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=device)  # (1, T)
+    with record_attention(model) as recorded:
+        with torch.inference_mode(), autocast(device, precision):
+            model(src, tgt_in, padding_mask(src, PAD_ID))
+        encoder, decoder = model.encoder.layers, model.decoder.layers
+        source_pieces = tokenizer.source_id_to_piece(src[0].tolist())  # the encoder's ids: the source vocabulary
+        maps = AttentionMaps(source_pieces, tokenizer.id_to_piece(tgt_in[0].tolist()), tokenizer.id_to_piece(output),
+                             translation, recorded.stacked([layer.self_attn for layer in encoder]),
+                             recorded.stacked([layer.self_attn for layer in decoder]),
+                             recorded.stacked([layer.src_attn for layer in decoder]))
+        yield maps, recorded
 
 
-def explain(translator: Translator, sentence: str, hypothesis: Hypothesis, kind: str, layer: int, head: int,
-            query: int) -> dict[str, Any]:
-    """Equation 1 for one query of one head, with the numbers of this sentence:
-    q.k_j for every key j, divided by sqrt(d_k), the mask, and the softmax of the row
-    (which equals the weights `attention` shows). layer, head, query count from 0."""
-    with _forced_pass(translator, sentence, hypothesis, None) as (maps, recorded):
-        maps.check_layer_head(layer, head, first=0, names=("layer", "head"), kind=kind)
-        model = translator.model
-        stack = model.encoder.layers if kind == "encoder" else model.decoder.layers
-        module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn
-        rows, columns, _, _ = maps.labels(kind)
-        return equation_1(recorded, module, head, query, rows, columns)
+def explain_query(model: EncoderDecoder, maps: AttentionMaps, recorded: AttentionRecorder, kind: str, layer: int,
+            head: int, query: int) -> dict[str, Any]:
+    """Equation 1 for one query of one head of a `forced_pass` (its `maps` and `recorded`):
+    the attention of `kind` (encoder, decoder or cross); layer, head, query count from 0."""
+    maps.check_layer_head(layer, head, first=0, names=("layer", "head"), kind=kind)
+    stack = model.encoder.layers if kind == "encoder" else model.decoder.layers
+    module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn
+    rows, columns, _, _ = maps.labels(kind)
+    return equation_1(recorded, module, head, query, rows, columns)
 
 
 def equation_1(recorded: AttentionRecorder, module: MultiHeadAttention, head: int, query: int,
@@ -166,32 +139,3 @@ def equation_1(recorded: AttentionRecorder, module: MultiHeadAttention, head: in
     weights = scaled.masked_fill(~allowed, float("-inf")).softmax(-1)
     return {"d_k": module.d_k, "sqrt_d_k": module.d_k**0.5, "query_token": rows[query], "key_tokens": columns,
             "dot": dot.tolist(), "scaled": scaled.tolist(), "mask": allowed.tolist(), "weights": weights.tolist()}
-
-
-@contextmanager
-def _forced_pass(translator: Translator, sentence: str, hypothesis: Hypothesis | None,
-                 settings: DecodeConfig | None) -> Iterator[tuple[AttentionMaps, AttentionRecorder]]:
-    """Run the teacher-forced pass of `attention` with every attention module recorded;
-    inside the block the recorder still holds what it saw (weights and the q, k, mask of
-    equation 1)."""
-    src_ids = translator._encode([sentence])[0]
-    if not src_ids:
-        raise UserError("the sentence to show attention for is empty")
-    settings = settings if settings is not None else translator.defaults
-    if hypothesis is None:
-        hypothesis = translator.search([sentence], settings)[0][0]
-    output = hypothesis.ids[: translator.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])
-    model, device = translator.model, translator.device
-    src = torch.tensor([src_ids + [EOS_ID]], device=device)
-    tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=device)
-    with record_attention(model) as recorded:
-        with torch.inference_mode(), autocast(device, resolve_precision(settings.precision, device)):
-            model(src, tgt_in, padding_mask(src, PAD_ID))
-        encoder, decoder = model.encoder.layers, model.decoder.layers
-        tokenizer = translator.tokenizer
-        source_pieces = tokenizer.source_id_to_piece(src[0].tolist())  # the encoder's ids: the source vocabulary
-        maps = AttentionMaps(source_pieces, tokenizer.id_to_piece(tgt_in[0].tolist()), tokenizer.id_to_piece(output),
-                             hypothesis.text, recorded.stacked([layer.self_attn for layer in encoder]),
-                             recorded.stacked([layer.self_attn for layer in decoder]),
-                             recorded.stacked([layer.src_attn for layer in decoder]))
-        yield maps, recorded

@@ -9,29 +9,33 @@ state a call changes and restores, so concurrent calls cannot see each other's s
     translator = Translator.from_run("runs/demo")
     translator.translate(["forty-two"])            # ['zweiundvierzig'], the run's settings
     translator.translate(["forty-two"], beam=1)    # greedy, for this call only
+
+`steps`, `attention` and `explain` look inside one translation: the search step by step
+(decoding/trace.py) and the attention of a forced pass with equation 1 (inspection.py).
 """
 
 from __future__ import annotations
 
 import logging
 import unicodedata
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
-from transformer_mt import inspection
 from transformer_mt.config import ConfigError, DecodeConfig, replace
 from transformer_mt.data.batching import pad_sequences
-from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS
+from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode, max_lengths
-from transformer_mt.decoding.trace import Trace
+from transformer_mt.decoding.trace import Trace, trace_beam_search
 from transformer_mt.device import autocast, resolve_device, resolve_precision
 from transformer_mt.errors import UserError
-from transformer_mt.inspection import AttentionMaps
+from transformer_mt.inspection import AttentionMaps, explain_query, forced_pass
+from transformer_mt.model.recording import AttentionRecorder
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.quantize import check_dtype, int8_device, int8_precision, is_int8, prepare_model
 from transformer_mt.runs import RunDir, load_run_model
@@ -141,10 +145,17 @@ class Translator:
         return cls(prepare_model(model, dtype), tokenizer, defaults, resolve_device(device))
 
     def settings(self, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
-        """This translator's defaults with the changes of one call (see `decode_settings`)."""
+        """This translator's defaults with the changes of one call (see `decode_settings`);
+        a beam wider than the target vocabulary is refused: its first step could not fill it."""
         if self.int8 and "precision" in changes:
             changes["precision"] = int8_precision(changes["precision"])
-        return decode_settings(self.defaults, beam, nbest, **changes)
+        settings = decode_settings(self.defaults, beam, nbest, **changes)
+        vocabulary = self.model.tgt_embed.lut.num_embeddings
+        if settings.beam > vocabulary:
+            raise UserError(f"beam {settings.beam} is wider than the target vocabulary ({vocabulary} subwords): "
+                            f"a beam cannot hold more hypotheses than there are tokens to choose from; "
+                            f"use a beam of at most {vocabulary}")
+        return settings
 
     # ---- the entry point -------------------------------------------------------------
     def search(self, lines: list[str], settings: DecodeConfig | None = None, nbest: int = 1) -> list[list[Hypothesis]]:
@@ -224,33 +235,71 @@ class Translator:
     def _hypothesis(self, ids: list[int], score: float, finished: bool) -> Hypothesis:
         return Hypothesis(self.tokenizer.decode([ids])[0], self.tokenizer.id_to_piece(ids), ids, score, finished)
 
-    # ---- inspection (inspection.py) ------------------------------------------------------
+    # ---- looking inside (decoding/trace.py, inspection.py) ---------------------------------
     def steps(self, sentence: str, settings: DecodeConfig | None = None, top_k: int = 5,
               prefix: list[str] | None = None) -> Trace:
         """The beam search of one sentence step by step (decoding/trace.py), after the
         forced target subwords `prefix` (pieces, as `Hypothesis.tokens` gives them).
         Without a prefix it ends with the translation `search` gives with `settings`.
         Not thread-safe: it hooks the shared model's cross-attention."""
-        return inspection.steps(self, sentence, settings, top_k, prefix)
+        settings = settings if settings is not None else self.defaults
+        src_ids = self._encode([sentence])[0]
+        if not src_ids:
+            raise UserError("the sentence to decode is empty")
+        forced = [self._piece_id(piece) for piece in prefix or []]
+        limit = int(self._output_limits(torch.tensor([len(src_ids) + 1]), settings))
+        src = torch.tensor([src_ids + [EOS_ID]], device=self.device)  # (1, S)
+        with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
+            return trace_beam_search(self.model, src, settings.beam, limit, BOS_ID, EOS_ID, PAD_ID,
+                                     settings.length_penalty, top_k, forced, banned=NEVER_EMITTED)
 
     def attention(self, sentence: str, hypothesis: Hypothesis | None = None,
                   settings: DecodeConfig | None = None) -> AttentionMaps:
         """Attention weights of one sentence and a translation of it: the output is
         teacher-forced through the model once with every MultiHeadAttention recorded
-        (model/recording.py). The output is `hypothesis` when given (one already found,
+        (inspection.forced_pass). The output is `hypothesis` when given (one already found,
         for example by a batched search: its very ids, not a re-tokenisation of its text),
         else the best hypothesis of `settings` (default: the translator's defaults).
         Not thread-safe: it hooks the shared model's attention modules."""
-        return inspection.attention(self, sentence, hypothesis, settings)
+        with self._forced_pass(sentence, hypothesis, settings) as (maps, _):
+            return maps
 
     def explain(self, sentence: str, hypothesis: Hypothesis, kind: str, layer: int, head: int,
                 query: int) -> dict[str, Any]:
         """Equation 1 for one query of one head, with the numbers of this sentence:
         q.k_j for every key j, divided by sqrt(d_k), the mask, and the softmax of the row
         (which equals the weights `attention` shows). layer, head, query count from 0."""
-        return inspection.explain(self, sentence, hypothesis, kind, layer, head, query)
+        with self._forced_pass(sentence, hypothesis, None) as (maps, recorded):
+            return explain_query(self.model, maps, recorded, kind, layer, head, query)
 
     def hypothesis_of(self, pieces: list[str]) -> Hypothesis:
         """The output given as subword pieces (as `Hypothesis.tokens`, optionally ending
         with </s>), for showing its attention."""
-        return inspection.hypothesis_of(self, pieces)
+        eos = self.tokenizer.id_to_piece([EOS_ID])[0]
+        finished = bool(pieces) and pieces[-1] == eos
+        ids = [self._piece_id(piece) for piece in (pieces[:-1] if finished else pieces)]
+        return self._hypothesis(ids, 0.0, finished)
+
+    def _piece_id(self, piece: str) -> int:
+        """The id of a target subword a user forces; unknown pieces and specials are refused."""
+        found = self.tokenizer.piece_to_id(piece)
+        if found in SPECIAL_IDS or (found == UNK_ID and piece != self.tokenizer.id_to_piece([UNK_ID])[0]):
+            raise UserError(f"prefix token {piece!r} is not a subword of this model's vocabulary")
+        return found
+
+    @contextmanager
+    def _forced_pass(self, sentence: str, hypothesis: Hypothesis | None,
+                     settings: DecodeConfig | None) -> Iterator[tuple[AttentionMaps, AttentionRecorder]]:
+        """`inspection.forced_pass` of `sentence` and `hypothesis` (by default the best of
+        `settings`); inside the block the recorder still holds what it saw."""
+        src_ids = self._encode([sentence])[0]
+        if not src_ids:
+            raise UserError("the sentence to show attention for is empty")
+        settings = settings if settings is not None else self.defaults
+        if hypothesis is None:
+            hypothesis = self.search([sentence], settings)[0][0]
+        output = hypothesis.ids[: self.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])
+        src = torch.tensor([src_ids + [EOS_ID]], device=self.device)  # (1, S)
+        precision = resolve_precision(settings.precision, self.device)
+        with forced_pass(self.model, self.tokenizer, src, output, hypothesis.text, precision) as found:
+            yield found

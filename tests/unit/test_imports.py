@@ -1,45 +1,137 @@
-"""The package's layers (shared/design.md): no import cycle, the trainer knows no
-translation, inference never imports training, model code no data code."""
+"""The package's layers (shared/design.md, the README's map of the code), read from the source.
+
+Every module of src/transformer_mt is parsed with `ast` and its imports become the edges
+of one graph; no interpreter starts for that. What counts as an import:
+- every `import` and `from ... import` anywhere in the file, at module level or inside a
+  function (a lazy import is still a dependency: a function of viz that imports training
+  at call time makes viz need training all the same), relative ones resolved;
+- `from package import name` counts the package and, when `name` is a module, that module;
+- importing a.b.c also runs the __init__ of a.b: an edge to every package on the way,
+  the top-level package aside (see below);
+- imports under `if TYPE_CHECKING:` never run and do not count.
+The top-level package `transformer_mt` holds `__version__` and a `__getattr__` that loads
+Translator, LanguageModel, build_model and load_config when someone asks for them: those
+four lazy imports are its public front door, not a dependency of the modules that read
+`__version__`, so they are left out (anything it imported at module level would count).
+
+One test starts a single interpreter, to check the graph against what Python really loads.
+"""
 
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterable
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "transformer_mt"
+ROOT = "transformer_mt"
+
+# Bottom to top: a module imports only from its own layer and the layers below it.
+LAYERS = (
+    ("config",),  # typed configs: imports nothing of the package
+    ("errors", "files", "device", "evaluation", "tensor_checks", "paper_equations", ROOT),  # leaves
+    ("model",),  # the paper, one component per class
+    ("decoding",),  # greedy, beam, trace, sampling over a model
+    ("data",),  # sources, corpora, tokenizers, prepared data, batches
+    ("runs", "quantize"),  # a run directory; int8 weights
+    ("interop",),  # Marian and GPT-2 in; CTranslate2 and Hugging Face out
+    ("inspection",),  # a translation model's attention, equation 1
+    ("translator", "generation"),  # a run as a function
+    ("lm_inspection",),  # a language model's next-token decision
+    ("training", "server", "viz"),  # side by side: none imports another (the rules below)
+    ("demo",),  # trains a run (training) and draws it (viz)
+    ("cli", "__main__"),
+)
+# Inference and learner code never imports training (the demo trains, so it does).
+NEVER_TRAINING = ("translator", "generation", "inspection", "lm_inspection", "server", "viz", "interop", "decoding")
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, modules: set[str]) -> set[str]:
-    """The package modules `path` imports anywhere (functions included), except under
-    `if TYPE_CHECKING:`, which never runs."""
+def nodes_inside(tree: ast.Module, kinds: tuple[type, ...], test: str | None = None) -> set[int]:
+    """ids of the nodes inside a node of `kinds` (with `test`: an `if` on that name)."""
+    return {id(node) for block in ast.walk(tree) if isinstance(block, kinds)
+            and (test is None or getattr(block.test, "id", getattr(block.test, "attr", "")) == test)
+            for node in ast.walk(block) if node is not block}
+
+
+def absolute(node: ast.ImportFrom, name: str, is_package: bool) -> str:
+    """The module a `from` import names, relative imports resolved against module `name`."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+@functools.cache
+def imports_of(path: Path, package: Path = PACKAGE, lazy: bool = True) -> set[str]:
+    """Every module `path` imports (the package's and others, such as `matplotlib.pyplot`):
+    at module level and, with `lazy`, inside functions too; never under `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
-               and getattr(block.test, "id", "") == "TYPE_CHECKING" for node in ast.walk(block)}
+    skipped = nodes_inside(tree, (ast.If,), test="TYPE_CHECKING")
+    if not lazy:
+        skipped |= nodes_inside(tree, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+    name, is_package = module_name(path, package), path.name == "__init__.py"
     found = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in found if name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute(node, name, is_package)
+            found |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def ancestors(module: str) -> list[str]:
+    """The packages whose __init__ importing `module` runs, the top-level package aside."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
 
 
 def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports (the rules of the module docstring)."""
     paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    modules = set(paths)
-    return {name: imported_modules(path, modules) - {name} for name, path in paths.items()}
+    graph = {}
+    for name, path in paths.items():
+        found = imports_of(path, lazy=name != ROOT)
+        found |= {parent for module in found for parent in ancestors(module)}
+        graph[name] = {module for module in found if module in paths} - {name}
+    return graph
+
+
+def external_imports() -> dict[str, set[str]]:
+    """module -> the top-level names of the other libraries it imports (torch, matplotlib, ...)."""
+    return {module_name(p): {m.split(".")[0] for m in imports_of(p)} - {ROOT} for p in PACKAGE.rglob("*.py")}
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the top-level module or package `module` belongs to."""
+    top = module.split(".")[1] if module != ROOT else ROOT
+    for index, layer in enumerate(LAYERS):
+        if top in layer:
+            return index
+    raise AssertionError(f"{module} is in no layer: add {top} to LAYERS (and to the README's map of the code)")
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -65,66 +157,104 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def modules_of(modules: Iterable[str], *tops: str) -> list[str]:
+    """Those of `modules` that belong to the top-level modules or packages `tops`."""
+    return sorted(m for m in modules if m.split(".")[1:2] and m.split(".")[1] in tops)
+
+
+GRAPH = import_graph()
+
+
+def test_the_graph_sees_imports_the_way_python_runs_them(tmp_path: Path) -> None:
+    """A lazy import counts, an import under TYPE_CHECKING does not, a relative import is
+    resolved, and importing a module of a package runs the package's __init__."""
+    package = tmp_path / "transformer_mt"
+    (package / "viz").mkdir(parents=True)
+    module = package / "viz" / "figure.py"
+    module.write_text("from typing import TYPE_CHECKING\nfrom . import curves\nimport matplotlib.pyplot\n"
+                      "if TYPE_CHECKING:\n    from transformer_mt.runs import RunDir\n"
+                      "def draw():\n    from transformer_mt.training.loss import perplexity\n")
+    found = imports_of(module, package)
+    assert {"transformer_mt.viz.curves", "matplotlib.pyplot", "transformer_mt.training.loss"} <= found
+    assert not {m for m in found if m.startswith("transformer_mt.runs")}
+    assert "transformer_mt.training.loss" not in imports_of(module, package, lazy=False)
+    assert ancestors("transformer_mt.training.loss") == ["transformer_mt.training"]
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
 
 
 def test_no_import_cycle_in_the_package() -> None:
-    graph = import_graph()
-    # packages import their own modules in __init__; a module importing its package is the cycle to catch
-    graph = {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in graph.items()}
-    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+    """Lazy imports count: a cycle closed inside a function is a knot all the same. A module
+    importing its own package (`from transformer_mt import __version__`, `from
+    transformer_mt.training import fit` inside training/) is left out: Python runs that
+    package's __init__ before the module, so it is there already."""
+    graph = {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in GRAPH.items()}
+    assert (cycle := find_cycle(graph)) is None, " -> ".join(cycle)
 
 
-def loaded_after(module: str) -> set[str]:
-    """The package modules loaded by importing `module` in a fresh interpreter."""
-    code = f"import sys, {module}; print(' '.join(m for m in sys.modules if m.startswith('transformer_mt')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return set(out.split())
+def test_every_import_goes_to_the_same_layer_or_below() -> None:
+    wrong = [f"{name} -> {dep}" for name, deps in sorted(GRAPH.items()) for dep in sorted(deps)
+             if layer_of(dep) > layer_of(name)]
+    assert not wrong, "imports from a higher layer (LAYERS):\n" + "\n".join(wrong)
 
 
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    """Every module `start` imports, directly or through others."""
-    seen, todo = set(), [start]
-    while todo:
-        for nxt in graph.get(todo.pop(), ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
+def test_config_imports_nothing_of_the_package() -> None:
+    assert GRAPH["transformer_mt.config"] == set()
 
 
-def test_the_trainer_imports_neither_the_translator_nor_evaluation() -> None:
-    """The loop's own imports (the training package's __init__, which offers `fit`, aside)."""
-    graph = import_graph()
-    assert "transformer_mt.translator" in reachable(graph, "transformer_mt.training.translation")  # the check sees
-    for module in ("transformer_mt.training.trainer", "transformer_mt.training.hooks", "transformer_mt.training.task"):
-        found = reachable(graph, module)
-        assert not found & {"transformer_mt.translator", "transformer_mt.evaluation"}, module
-        assert not {m for m in found if m.startswith("transformer_mt.decoding")}, module
+def test_model_code_imports_no_data_or_training_code() -> None:
+    for name in modules_of(GRAPH, "model"):
+        found = reachable(GRAPH, name)
+        assert not modules_of(found, "data", "training"), name
 
 
-@pytest.mark.parametrize("module", ["transformer_mt.translator", "transformer_mt.server.app",
-                                   "transformer_mt.server.lm_service", "transformer_mt.lm_inspection",
-                                   "transformer_mt.interop.ctranslate2", "transformer_mt.interop.marian",
-                                   "transformer_mt.interop.huggingface"])
-def test_inference_never_imports_training(module: str) -> None:
-    loaded = loaded_after(module)
-    assert module in loaded
-    assert not {m for m in loaded if m.startswith("transformer_mt.training")}
+@pytest.mark.parametrize("top", NEVER_TRAINING)
+def test_inference_and_learner_code_never_imports_training(top: str) -> None:
+    modules = modules_of(GRAPH, top)
+    assert modules, top
+    for name in modules:
+        found = modules_of(reachable(GRAPH, name), "training")
+        assert not found, f"{name} imports {', '.join(found)}"
 
 
 def test_the_server_imports_neither_plots_nor_matplotlib() -> None:
     """Both views of the page (translation and generate) run without viz/ and matplotlib."""
-    code = "import sys, transformer_mt.server.app; print(' '.join(sys.modules))"
+    libraries = external_imports()
+    for name in modules_of(GRAPH, "server"):
+        found = reachable(GRAPH, name) | {name}
+        assert not modules_of(found, "viz"), name
+        assert not {m for m in found if "matplotlib" in libraries[m]}, name
+
+
+def test_training_and_the_views_import_each_other_not() -> None:
+    """training/, server/ and viz/ share a layer; none of them imports another."""
+    for top, others in (("training", ("server", "viz")), ("server", ("training", "viz")), ("viz", ("training", "server"))):
+        for name in modules_of(GRAPH, top):
+            assert not modules_of(GRAPH[name], *others), name
+
+
+def test_the_trainer_imports_neither_the_translator_nor_evaluation() -> None:
+    """The loop's own imports (the training package's __init__, which offers `fit`, aside)."""
+    assert "transformer_mt.translator" in reachable(GRAPH, "transformer_mt.training.translation")  # the check sees
+    graph = {name: deps - {"transformer_mt.training"} for name, deps in GRAPH.items()}
+    for module in ("transformer_mt.training.trainer", "transformer_mt.training.hooks", "transformer_mt.training.task"):
+        found = reachable(graph, module)
+        assert not found & {"transformer_mt.translator", "transformer_mt.evaluation"}, module
+        assert not modules_of(found, "decoding"), module
+
+
+def test_python_loads_no_more_than_the_graph_says() -> None:
+    """The one interpreter: importing the server (both views) and the interop modules loads
+    only package modules the graph reaches from them, no training, no viz, no matplotlib.
+    It checks the reading above against Python's own (an import the parser missed shows here)."""
+    starts = ["transformer_mt.server.app", *modules_of(GRAPH, "interop")]
+    code = (f"import sys\nfor m in {starts!r}: __import__(m)\n"
+            "print(' '.join(m for m in sys.modules if m.startswith(('transformer_mt', 'matplotlib'))))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
-    assert "transformer_mt.server.lm_api" in loaded
-    assert not {m for m in loaded if m.startswith(("transformer_mt.viz", "matplotlib"))}
-
-
-def test_model_code_imports_no_data_or_training_code() -> None:
-    graph = import_graph()
-    for name, deps in graph.items():
-        if name.startswith("transformer_mt.model"):
-            assert not {d for d in deps if d.startswith(("transformer_mt.data", "transformer_mt.training"))}, name
+    expected = set(starts).union(*(reachable(GRAPH, m) for m in starts)) | {ROOT}
+    assert set(starts) <= loaded
+    assert loaded <= expected, f"loaded but not in the graph: {sorted(loaded - expected)}"
+    assert not {m for m in loaded if m.startswith(("transformer_mt.training", "transformer_mt.viz", "matplotlib"))}

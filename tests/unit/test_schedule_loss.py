@@ -10,14 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from transformer_mt.config import TrainConfig, load_config
-from transformer_mt.training.loss import (
-    LabelSmoothingLoss,
-    Scaled,
-    SmoothedCrossEntropy,
-    smoothed_distribution,
-    with_scale,
-)
-from transformer_mt.training.schedule import ConstantSchedule, Progress, make_optimizer, make_schedule, rate, set_lr
+from transformer_mt.paper_equations import rate, smoothed_distribution
+from transformer_mt.training.loss import LabelSmoothingLoss, Scaled, SmoothedCrossEntropy, with_scale
+from transformer_mt.training.schedule import ConstantSchedule, Progress, make_optimizer, make_schedule, set_lr
 
 
 def paper_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -188,7 +183,7 @@ def test_fused_loss_in_blocks_scales_the_gradient_by_the_incoming_one(monkeypatc
 @pytest.mark.parametrize("after", [1.0, 3.0])
 def test_fused_loss_scaled_in_its_blocks_equals_the_reference_divided_by_the_tokens(monkeypatch, after) -> None:
     """scale = 1 / tokens, as the trainer passes it; `after` multiplies the result again (an
-    incoming gradient that is not 1, as R-Drop's half gives)."""
+    incoming gradient that is not 1, as a loss scaled after the function gives)."""
     monkeypatch.setattr(SmoothedCrossEntropy, "ROWS", 7)
     torch.manual_seed(4)
     logits = torch.randn(30, 11, dtype=torch.float64, requires_grad=True)

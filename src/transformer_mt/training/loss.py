@@ -1,4 +1,8 @@
-"""Label-smoothed cross entropy (paper section 5.4, epsilon_ls = 0.1)."""
+"""Label-smoothed cross entropy (paper section 5.4, epsilon_ls = 0.1).
+
+The target it compares against, written out, is `paper_equations.smoothed_distribution`
+(1 - epsilon on the target token, epsilon / (V - 1) on each other); the fused loss here
+never builds that (N, V) matrix, and its tests check it against that function."""
 
 from __future__ import annotations
 
@@ -21,14 +25,6 @@ def torch_smoothing(epsilon: float, vocab_size: int) -> float:
     target included), so its target gets 1 - s + s / V; solving for 1 - epsilon gives
     s = epsilon * V / (V - 1)."""
     return epsilon * vocab_size / (vocab_size - 1)
-
-
-def smoothed_distribution(target: torch.Tensor, vocab_size: int, epsilon: float) -> torch.Tensor:
-    """The training target the loss compares against, written out: (N,) -> (N, V) with
-    1 - epsilon on the target token and epsilon spread evenly over the other V - 1."""
-    dist = torch.full((target.numel(), vocab_size), epsilon / (vocab_size - 1))
-    dist.scatter_(1, target.reshape(-1, 1), 1.0 - epsilon)
-    return dist
 
 
 def _accumulation_dtype(logits: torch.Tensor) -> torch.dtype:
@@ -136,78 +132,6 @@ class LabelSmoothingLoss(torch.nn.Module):
             logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id, never, with_grad,
             scale,
         )
-
-
-class SymmetricKL(torch.autograd.Function):
-    """KL(P || Q) + KL(Q || P) of two (N, V) blocks of logits, summed over rows, with its
-    gradient computed in the same pass, in blocks of rows that stay in the CPU cache (as
-    SmoothedCrossEntropy, for the same reason: written with autograd, its (N, V) fp32
-    passes took 0.344 s forward and backward for 2,000 x 8,000 bf16 logits on a 2-core
-    EPYC, this 0.036 s).
-
-    With P = softmax(a), Q = softmax(b) and D = log P - log Q, the sum is sum_v (P - Q)_v D_v,
-    and differentiating softmax gives
-        d/da = P (D - KL(P || Q)) + P - Q,     d/db = Q (-D - KL(Q || P)) + Q - P."""
-
-    ROWS = 32
-
-    @staticmethod
-    def forward(ctx, logits_a: torch.Tensor, logits_b: torch.Tensor, with_grad: bool = True):
-        total = torch.zeros((), dtype=_accumulation_dtype(logits_a), device=logits_a.device)
-        grad_a = torch.empty_like(logits_a) if with_grad else None
-        grad_b = torch.empty_like(logits_b) if with_grad else None
-        for rows in _blocks(logits_a.size(0), SymmetricKL.ROWS):
-            p = torch.log_softmax(logits_a[rows].to(total.dtype), dim=-1)  # (R, V), log P for now
-            q = torch.log_softmax(logits_b[rows].to(total.dtype), dim=-1)  # (R, V), log Q for now
-            d = p - q  # (R, V)
-            p.exp_()  # P
-            q.exp_()  # Q
-            kl_pq = (p * d).sum(dim=-1, keepdim=True)  # (R, 1)
-            kl_qp = -(q * d).sum(dim=-1, keepdim=True)  # (R, 1)
-            total += kl_pq.sum() + kl_qp.sum()
-            if with_grad:
-                grad_a[rows] = (d - kl_pq + 1.0).mul_(p).sub_(q)  # P (D - KL(P||Q) + 1) - Q
-                grad_b[rows] = d.neg_().sub_(kl_qp - 1.0).mul_(q).sub_(p)  # Q (-D - KL(Q||P) + 1) - P
-        ctx.grads = (grad_a, grad_b)
-        return total
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor):
-        grad_a, grad_b = ctx.grads
-        ctx.grads = None
-        scale = grad_output.to(grad_a.dtype)
-        return grad_a.mul_(scale), grad_b.mul_(scale), None
-
-
-def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
-    """KL(P_a || P_b) + KL(P_b || P_a), summed over rows: (N, V), (N, V) -> scalar, P =
-    softmax(logits) row by row, computed in fp32 (SymmetricKL)."""
-    with_grad = torch.is_grad_enabled() and (logits_a.requires_grad or logits_b.requires_grad)
-    return SymmetricKL.apply(logits_a, logits_b, with_grad)
-
-
-class RDropLoss(torch.nn.Module):
-    """R-Drop (Liang et al., NeurIPS 2021): every sentence goes through the model twice,
-    under two dropout masks, and the two predicted distributions are pulled together.
-
-    `logits` (2N, V) are the two passes stacked, the first pass's N rows first; `target`
-    (2N,) their references, the same twice: real tokens only, as a task's loss view gives
-    them (padding never reaches the loss). With C the summed cross entropy of the wrapped
-    criterion, the loss is
-        (C_1 + C_2) / 2 + alpha / 4 * (KL(P_1 || P_2) + KL(P_2 || P_1)),
-    the paper's C_1 + C_2 + alpha / 2 * (KL + KL) halved so that a step on N tokens weighs
-    as much as a plain step (the learning rate means the same); with no dropout the two passes
-    are equal, the KL term is 0 and the loss is the plain one."""
-
-    def __init__(self, criterion: torch.nn.Module, alpha: float) -> None:
-        super().__init__()
-        self.criterion, self.alpha = criterion, alpha
-
-    def forward(self, logits: torch.Tensor, target: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        """The loss above, times `scale` (as LabelSmoothingLoss's)."""
-        n = target.numel() // 2
-        consistency = symmetric_kl(logits[:n], logits[n:])
-        return self.criterion(logits, target, 0.5 * scale) + self.alpha / 4 * scale * consistency
 
 
 class Scaled(torch.nn.Module):

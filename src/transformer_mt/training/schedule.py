@@ -19,6 +19,7 @@ from typing import Protocol
 import torch
 
 from transformer_mt.config import TrainConfig
+from transformer_mt.paper_equations import rate
 
 
 @dataclass(frozen=True)
@@ -36,18 +37,9 @@ class Schedule(Protocol):
         ...
 
 
-def rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
-    """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (equation 3).
-
-    Rises linearly for `warmup_steps` steps, peaks at step = warmup_steps, then decays
-    with the inverse square root of the step. Steps count from 1."""
-    step = max(step, 1)
-    return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
-
-
 @dataclass(frozen=True)
 class PaperSchedule:
-    """Section 5.3: linear warmup, then inverse-square-root decay (`rate`)."""
+    """Section 5.3: linear warmup, then inverse-square-root decay (`paper_equations.rate`)."""
 
     d_model: int
     warmup_steps: int
