@@ -53,3 +53,39 @@ def write_multi30k(folder: Path, languages: tuple[str, str] = ("de", "en"), line
         for lang, sentences in zip(languages, (words, [list(reversed(w)) for w in words])):
             with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
                 handle.write("".join(" ".join(w) + "\n" for w in sentences))
+
+
+def resume_from(run: Path, step: int, copy: Path) -> dict[str, dict]:
+    """What a run killed right after writing its checkpoint of `step` trains to: a copy of the
+    finished `run` keeps only the checkpoints up to `step` (the later metrics, snapshots and
+    averages stay, as a killed run leaves them, for the resume to discard) and `fit` resumes
+    it. Returns the final checkpoints of `run` and of the resumed copy, as
+    {"straight": ..., "resumed": ...}, to compare with `assert_same_state`."""
+    import shutil
+
+    from transformer_mt.runs import list_checkpoints, load_checkpoint
+    from transformer_mt.training import fit
+
+    shutil.copytree(run, copy)
+    checkpoints = list_checkpoints(copy / "checkpoints")
+    assert any(p.name == f"step_{step}.pt" for p in checkpoints), f"{run} has no checkpoint of step {step}"
+    later = [p for p in checkpoints if int(p.stem.removeprefix("step_")) > step]
+    assert later, f"{run} has no checkpoint after step {step}: nothing to resume"
+    for path in later:
+        path.unlink()
+    fit(None, copy, progress=False)
+    final = list_checkpoints(run / "checkpoints")[-1]
+    return {"straight": load_checkpoint(final), "resumed": load_checkpoint(copy / "checkpoints" / final.name)}
+
+
+def assert_same_state(checkpoints: dict[str, dict]) -> None:
+    """The two checkpoints of `resume_from` hold bit-identical weights, optimizer moments and
+    training state: the resumed run is the uninterrupted one."""
+    a, b = checkpoints["straight"], checkpoints["resumed"]
+    assert a["trainer"]["step"] == b["trainer"]["step"]
+    assert a["model"].keys() == b["model"].keys()
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    for index, moments in a["optimizer"]["state"].items():
+        for name, value in moments.items():
+            assert torch.equal(value, b["optimizer"]["state"][index][name]), (index, name)

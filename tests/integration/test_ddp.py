@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-import pytest
 import torch
 
 from transformer_mt.config import Config, load_config
@@ -19,7 +23,7 @@ from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
 from transformer_mt.training.loss import LabelSmoothingLoss
 
-from run_helpers import WORLD_SIZE, fit_on_one_thread, max_difference, torchrun
+from run_helpers import WORLD_SIZE, max_difference, torchrun
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 STEPS = 6  # as in ddp_worker.py
@@ -135,22 +139,6 @@ def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_p
     assert max_difference(initial, expected) > 1e-4
 
 
-def test_two_processes_train_as_one_process_with_twice_the_accumulation(tmp_path: Path) -> None:
-    """2 processes with accumulate 1 == 1 process with accumulate 2 on the same batches
-    (fp32, dropout 0): the loss of a step is divided by the global token count."""
-    args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
-            "--model.dropout=0.0", "--train.precision=fp32"]
-    result = torchrun("train", "tiny", "--run", str(tmp_path / "two"), "--no-progress", *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "a step takes 2 batch(es)" in result.stderr
-    two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)
-
-    one = fit_on_one_thread("tiny", [*args, "--train.accumulate=2"], tmp_path / "one")
-    assert max_difference(two["model"], one.model.state_dict()) <= 1e-6
-    assert len(two["rng"]) == WORLD_SIZE  # every rank's random states, in rank order
-    assert not torch.equal(two["rng"][0]["torch"], two["rng"][1]["torch"])  # each rank its own dropout
-
-
 def test_a_time_cap_stops_every_rank_together(tmp_path: Path) -> None:
     """With train.max_seconds each rank's clock differs; the ranks agree on the step to
     stop at, exit 0, and leave a loadable checkpoint (a hang fails on the timeout)."""
@@ -184,79 +172,6 @@ def test_a_budgeted_two_process_run_follows_one_plan_within_its_budget(tmp_path:
     assert any(e["event"] == "valid" for e in events)
 
 
-def test_a_killed_two_process_run_resumes_bit_identically(tmp_path: Path) -> None:
-    """Dropout on: each rank's own random states are saved and restored, so a 2-process
-    run killed (launcher and workers, SIGKILL) and resumed with 2 processes ends with
-    the weights of an uninterrupted one."""
-    import signal
-    import time
-
-    args = ["--no-progress", "--train.max_steps=40", "--train.valid_every=10", "--train.keep_last=10",
-            "--model.dropout=0.1", "--data.task_size=400", "--train.device=cpu", "--train.precision=fp32"]
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    result = torchrun("train", "tiny", "--run", str(straight), *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-               "-m", "transformer_mt", "--", "train", "tiny", "--run", str(killed), *args]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 240
-    while not (killed / "checkpoints" / "step_20.pt").exists():
-        assert process.poll() is None and time.time() < deadline
-        time.sleep(0.005)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert not (killed / "checkpoints" / "step_40.pt").exists()
-
-    resumed = torchrun("train", "--run", str(killed), "--no-progress")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed" in resumed.stderr
-    a = torch.load(straight / "checkpoints" / "step_40.pt", weights_only=True)["model"]
-    b = torch.load(killed / "checkpoints" / "step_40.pt", weights_only=True)["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
-
-
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
-def test_workers_end_when_their_launcher_is_killed(tmp_path: Path, how: str) -> None:
-    """SIGKILL to the torchrun launcher alone: its workers get SIGTERM from the kernel
-    (PR_SET_PDEATHSIG) and end, instead of training on beside a later resume. SIGTERM:
-    torchrun passes it on. Either way the last checkpoint stays loadable."""
-    import shutil
-    import signal
-    import time
-
-    if not (shutil.which("pgrep") and shutil.which("pkill")):
-        pytest.skip("needs pgrep and pkill (procps)")
-    run = tmp_path / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-               "-m", "transformer_mt", "--", "train", "tiny", "--run", str(run), "--no-progress",
-               "--train.max_steps=100000", "--train.valid_every=5", "--data.task_size=400", "--train.device=cpu"]
-    launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        deadline = time.time() + 240
-        while not list((run / "checkpoints").glob("step_*.pt")):
-            assert launcher.poll() is None and time.time() < deadline
-            time.sleep(0.01)
-        launcher.send_signal(getattr(signal, how))
-        launcher.wait(timeout=60)
-
-        def workers() -> list[str]:
-            found = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True).stdout.split()
-            return [pid for pid in found if int(pid) != os.getpid()]
-
-        deadline = time.time() + 30
-        while workers() and time.time() < deadline:
-            time.sleep(0.2)
-        assert not workers(), "workers still running after their launcher was killed"
-        last = sorted((run / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem[5:]))[-1]
-        assert torch.load(last, weights_only=True)["trainer"]["step"] >= 5
-    finally:
-        os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
-        subprocess.run(["pkill", "-9", "-f", str(run)])
-
-
 def test_a_nan_on_one_rank_stops_both_with_one_message(tmp_path: Path) -> None:
     """The loss is summed over the ranks, so a NaN on rank 1 alone stops both ranks at
     the same step, each with the one-line message; nothing non-finite is saved."""
@@ -271,47 +186,86 @@ def test_a_nan_on_one_rank_stops_both_with_one_message(tmp_path: Path) -> None:
     assert all(t.isfinite().all() for t in state["model"].values())
 
 
-def test_two_launchers_on_localhost_train_as_two_processes_on_one_node(tmp_path: Path) -> None:
-    """Multi-node by torchrun's c10d rendezvous, two 'nodes' of one process on this
-    machine: the same weights as 2 processes on one node."""
-    import socket
-
-    args = ["train", "tiny", "--no-progress", "--train.max_steps=4", "--train.valid_every=4", "--data.task_size=400",
-            "--train.device=cpu", "--model.dropout=0.0", "--train.precision=fp32"]
-    single = torchrun(*args, "--run", str(tmp_path / "single"))
-    assert single.returncode == 0, single.stderr[-3000:]
-    with socket.socket() as sock:  # chosen after the run above, whose own rendezvous takes a free port too
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-               "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "-m", "transformer_mt", "--",
-               *args, "--run", str(tmp_path / "nodes")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
-    try:
-        outputs = [node.communicate(timeout=240)[1] for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill() if node.poll() is None else None
-    assert all(node.returncode == 0 for node in nodes), [output[-3000:] for output in outputs]
-    a = torch.load(tmp_path / "single" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
-    b = torch.load(tmp_path / "nodes" / "checkpoints" / "step_4.pt", weights_only=True)["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
+SCENARIO = ["--no-progress", "--train.max_steps=40", "--train.valid_every=10", "--train.keep_last=10",
+            "--model.dropout=0.1", "--data.task_size=400", "--train.device=cpu", "--train.precision=fp32"]
 
 
-def test_the_readme_torchrun_command_works_as_printed(tmp_path: Path) -> None:
-    """The README's command line, run as printed (a few overrides appended to keep it short)."""
-    import re
-    import shlex
-
+def readme_command() -> list[str]:
+    """The README's torchrun line, as printed, with SCENARIO's overrides appended."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     line = re.search(r"`(torchrun --nproc_per_node 2 -m transformer_mt [^`]*)`", readme).group(1)
     command = shlex.split(line)
     command[0] = str(Path(sys.executable).with_name("torchrun"))
-    result = subprocess.run([*command, "--no-progress", "--train.max_steps=4", "--train.valid_every=4",
-                             "--data.task_size=200"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return [*command, *SCENARIO]
+
+
+def final_weights(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints" / "step_40.pt", weights_only=True)["model"]
+
+
+def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_runs_on_two_nodes(
+        tmp_path: Path) -> None:
+    """The README's torchrun line on two CPU processes, dropout on (each rank draws its own):
+    1. run straight: every rank's random states are saved, in rank order;
+    2. the same run, its launcher alone killed (SIGKILL) after the checkpoint of step 10: the
+       workers end too (PR_SET_PDEATHSIG), the last checkpoint stays loadable;
+    3. resumed with torchrun: the weights of the uninterrupted run, bit for bit;
+    4. the same run by two launchers of one process each, joined by torchrun's c10d
+       rendezvous on localhost (two 'nodes'): the same weights as on one node."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = readme_command()
+    relative_run = Path(command[command.index("--run") + 1])
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    straight.mkdir(), killed.mkdir()
+    result = subprocess.run(command, cwd=straight, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    run = tmp_path / command[command.index("--run") + 1]
-    assert (run / "checkpoints" / "step_4.pt").is_file()
+    assert "a step takes 2 batch(es)" in result.stderr
+    saved = torch.load(straight / relative_run / "checkpoints" / "step_40.pt", weights_only=True)
+    assert len(saved["rng"]) == WORLD_SIZE and not torch.equal(saved["rng"][0]["torch"], saved["rng"][1]["torch"])
+
+    run = killed / relative_run
+    launcher = subprocess.Popen(command, cwd=killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    try:
+        deadline = time.time() + 240
+        while not (run / "checkpoints" / "step_10.pt").exists():
+            assert launcher.poll() is None and time.time() < deadline
+            time.sleep(0.005)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=60)
+        deadline = time.time() + 30
+        while workers_of(run) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not workers_of(run), "workers still running after their launcher was killed"
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
+        subprocess.run(["pkill", "-9", "-f", str(run)])
+    assert not (run / "checkpoints" / "step_40.pt").exists()
+    resumed = torchrun("train", "--run", str(run), "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed" in resumed.stderr
+    expected = final_weights(straight / relative_run)
+    assert all(torch.equal(expected[k], v) for k, v in final_weights(run).items())
+
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "-m", "transformer_mt", "--",
+            "train", "tiny", "--run", str(tmp_path / "nodes"), *SCENARIO]
+    nodes = [subprocess.Popen(node, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    try:
+        outputs = [n.communicate(timeout=240)[1] for n in nodes]
+    finally:
+        for n in nodes:
+            n.kill() if n.poll() is None else None
+    assert all(n.returncode == 0 for n in nodes), [output[-3000:] for output in outputs]
+    # whichever launcher's process became rank 0, each rank keeps its shard and its dropout seed
+    assert all(torch.equal(expected[k], v) for k, v in final_weights(tmp_path / "nodes").items())
+
+
+def workers_of(run: Path) -> list[str]:
+    """The ids of the processes (other than this one) whose command line names `run`."""
+    found = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True).stdout.split()
+    return [pid for pid in found if int(pid) != os.getpid()]

@@ -5,7 +5,7 @@ the accumulation, generates from the command line, and bad input gets one line."
 from __future__ import annotations
 
 import math
-import shutil
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from transformer_mt.data.text_stream import open_text
 from transformer_mt.runs import read_events
 from transformer_mt.training import fit
 
-from run_helpers import fit_on_one_thread, max_difference, torchrun
+from run_helpers import assert_same_state, fit_on_one_thread, max_difference, resume_from, torchrun
 
 FAST = ["--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=5", "--data.task_size=500",
         "--model.dropout=0.1", "--train.precision=fp32"]
@@ -71,12 +71,52 @@ def test_generate_and_evaluate_from_the_command_line(trained: Path, capsys: pyte
     (["--prompt", "one", "--temperature", "0"], "temperature must be > 0"),
     (["--prompt", "one", "--top-p", "0"], "top-p must be in (0, 1]"),
     (["--prompt", "one", "--top-k", "0"], "top-k must be at least 1"),
+    (["--prompt", os.fsdecode(b"a\xffb")], "--prompt 1 is not valid UTF-8 (byte 0xff at character 2); give it as "
+                                          "UTF-8 text"),  # how Python passes the bytes of argv that are not UTF-8
+    (["--prompt", "one", "--temperature", "1", "--seed", "99999999999999999999999"],
+     "--seed must be from 0 to 18446744073709551615 (2^64 - 1), got 99999999999999999999999"),
+    (["--prompt", "one", "--seed", "-1"], "--seed must be from 0 to"),
 ])
 def test_bad_generation_settings_get_one_line(trained: Path, capsys: pytest.CaptureFixture, args: list[str],
                                               message: str) -> None:
     assert main(["generate", str(trained), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_cap_on_the_length_is_stated(trained: Path, capsys: pytest.CaptureFixture) -> None:
+    """--max-new-tokens beyond the model's positions: one warning line with the real
+    bound, and the text is what that bound gives."""
+    from transformer_mt.generation import LanguageModel
+
+    assert main(["generate", str(trained), "--prompt", "seven", "--prompt", "one", "--max-new-tokens", "100000000",
+                 "--device", "cpu"]) == 0
+    out, err = capsys.readouterr()
+    lm = LanguageModel.from_run(trained, device="cpu")
+    room = min(lm.room("seven"), lm.room("one"))
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert warnings == [f"warning: --max-new-tokens 100000000 is more than this model can add: it sees "
+                        f"{lm.model.positional.max_positions} positions (model.max_positions), the prompt included, "
+                        f"so a continuation stops after at most {room} new tokens here"]
+    assert out.splitlines() == lm.generate(["seven", "one"], room)
+    assert main(["-q", "generate", str(trained), "--prompt", "seven", "--max-new-tokens", str(room)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_run_trained_here_continues_prompts_after_end_of_text(trained: Path, capsys: pytest.CaptureFixture) -> None:
+    """Its training stream puts end-of-text before every line: prompts are fed after it
+    (an imported GPT-2 is fed the prompt alone: test_gpt2_import.py), and generate says so."""
+    from transformer_mt.decoding.sampling import generate
+    from transformer_mt.generation import LanguageModel
+
+    lm = LanguageModel.from_run(trained, device="cpu")
+    assert lm.after_end_of_text and lm.prefix == [lm.eot]
+    prompt = lm.tokenizer.encode(["three hundred and"])[0]
+    new = generate(lm.model, torch.tensor([[lm.eot, *prompt]]), 20, lm.eot)[0].tolist()
+    assert lm.generate(["three hundred and"], 20) == [lm.text_of(prompt + new)]
+    assert main(["generate", str(trained), "--prompt", "three hundred and", "--max-new-tokens", "20"]) == 0
+    out, err = capsys.readouterr()
+    assert out == lm.text_of(prompt + new) + "\n" and "prompts continue after end-of-text" in err
 
 
 @pytest.mark.parametrize("command", [["translate", "RUN", "-i", "RUN/data/test.txt"],
@@ -123,15 +163,9 @@ def test_a_missing_or_undecodable_text_gets_one_line_and_leaves_no_run(tmp_path:
 
 
 def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path: Path) -> None:
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight = tmp_path / "straight"
     fit(load_config("lm_tiny", FAST), straight, progress=False)
-    shutil.copytree(straight, resumed)
-    (resumed / "checkpoints" / "step_20.pt").unlink()  # as if killed after the checkpoint of step 10
-    trainer = fit(None, resumed, progress=False)
-    assert trainer.state.step == 20
-    a = torch.load(straight / "checkpoints" / "step_20.pt", weights_only=True)["model"]
-    b = torch.load(resumed / "checkpoints" / "step_20.pt", weights_only=True)["model"]
-    assert all(torch.equal(a[key], b[key]) for key in a)
+    assert_same_state(resume_from(straight, 10, tmp_path / "resumed"))
 
 
 def test_two_processes_train_as_one_with_twice_the_accumulation(tmp_path: Path) -> None:

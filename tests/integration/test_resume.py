@@ -1,4 +1,7 @@
-"""Checkpoints: a killed run resumes bit-identically; a killed save never corrupts."""
+"""Checkpoints: a killed run resumes bit-identically; a killed save never corrupts.
+
+The one test that kills a training process with SIGKILL; the other resume checks stop a run
+in-process (run_helpers.resume_from)."""
 
 from __future__ import annotations
 
@@ -11,16 +14,22 @@ from pathlib import Path
 
 import torch
 
+from transformer_mt.config import load_config
 from transformer_mt.runs import list_checkpoints, load_checkpoint
+from transformer_mt.training import fit
 
 STEPS, EVERY = 80, 10
 ARGS = ["--train.max_steps=%d" % STEPS, "--train.valid_every=%d" % EVERY, "--model.dropout=0.1",
         "--data.task_size=500", "--train.keep_last=20"]
 
 
+THREADS = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # the kernels of this process
+
+
 def train(run: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "transformer_mt", "-q", "train", "tiny", "--run", str(run),
-                             "--no-progress", *ARGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--no-progress", *ARGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=THREADS)
 
 
 def final_weights(run: Path) -> dict[str, torch.Tensor]:
@@ -31,7 +40,7 @@ def final_weights(run: Path) -> dict[str, torch.Tensor]:
 
 def test_killed_run_resumes_bit_identically(tmp_path: Path) -> None:
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert train(straight).wait(timeout=300) == 0
+    fit(load_config("tiny", ARGS), straight, progress=False)
 
     process = train(killed)
     deadline = time.time() + 300
@@ -43,7 +52,7 @@ def test_killed_run_resumes_bit_identically(tmp_path: Path) -> None:
     assert not (killed / "checkpoints" / f"step_{STEPS}.pt").exists()
 
     resumed = subprocess.run([sys.executable, "-m", "transformer_mt", "train", "--run", str(killed),
-                              "--no-progress"], capture_output=True, text=True, timeout=300)
+                              "--no-progress"], capture_output=True, text=True, timeout=300, env=THREADS)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed" in resumed.stderr
     a, b = final_weights(straight), final_weights(killed)

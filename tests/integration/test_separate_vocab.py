@@ -3,10 +3,6 @@ translates, resumes, and the commands that write one vocabulary refuse it in one
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +15,11 @@ from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_mt.errors import UserError
 from transformer_mt.interop.ctranslate2 import export_ctranslate2
 from transformer_mt.interop.huggingface import export_hf
-from transformer_mt.runs import RunDir, list_checkpoints, load_checkpoint
+from transformer_mt.runs import RunDir
 from transformer_mt.training import fit
 from transformer_mt.translator import Translator
+
+from run_helpers import assert_same_state, resume_from
 
 # The numbers task: English number words -> German ones, so the two vocabularies differ.
 SEPARATE = dict(data__task="numbers", data__task_size=300, data__vocab_size=60, data__joint_vocab="false",
@@ -33,7 +31,7 @@ LINES = ["three hundred and twelve", "seven", "forty-one"]
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory):
     run = tmp_path_factory.mktemp("separate") / "run"
-    trainer = fit(tiny_config(train__max_steps=STEPS, train__valid_every=STEPS, **SEPARATE), run, progress=False)
+    trainer = fit(tiny_config(train__max_steps=STEPS, train__valid_every=STEPS // 2, **SEPARATE), run, progress=False)
     return run, trainer
 
 
@@ -94,26 +92,6 @@ def test_separate_vocabularies_need_unshared_embeddings() -> None:
     assert "\n" not in str(err.value)
 
 
-def test_a_killed_run_resumes_bit_identically(tmp_path: Path) -> None:
-    args = [f"--{key.replace('__', '.')}={value}" for key, value in SEPARATE.items()]
-    args += ["--train.max_steps=40", "--train.valid_every=10", "--train.keep_last=20"]
-
-    def train(run: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "transformer_mt", "-q", "train", "tiny", "--run", str(run),
-                                 "--no-progress", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert train(straight).wait(timeout=300) == 0
-    process = train(killed)
-    deadline = time.time() + 300
-    while not (killed / "checkpoints" / "step_20.pt").exists():
-        assert process.poll() is None and time.time() < deadline, process.stderr.read()
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    assert process.wait() == -signal.SIGKILL
-    resumed = subprocess.run([sys.executable, "-m", "transformer_mt", "train", "--run", str(killed), "--no-progress"],
-                             capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resumed" in resumed.stderr
-    a, b = (load_checkpoint(list_checkpoints(run / "checkpoints")[-1])["model"] for run in (straight, killed))
-    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+def test_a_stopped_run_resumes_bit_identically(trained, tmp_path: Path) -> None:
+    run, _ = trained
+    assert_same_state(resume_from(run, STEPS // 2, tmp_path / "resumed"))

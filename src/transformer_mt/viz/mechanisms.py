@@ -55,8 +55,9 @@ def encoding_similarity(d_model: int, positions: int) -> np.ndarray:
     """(positions, positions) dot products PE(p) . PE(q) of the sinusoidal encodings.
 
     Each pair of dimensions contributes sin(w p) sin(w q) + cos(w p) cos(w q) = cos(w (p - q)),
-    so the dot product depends on the distance p - q alone: the reason the paper expected
-    sinusoids to let the model "attend by relative positions" (section 3.5)."""
+    so the dot product depends on the distance p - q alone. (The paper's own reason for
+    sinusoids, section 3.5, is that PE(pos + k) is a linear function of PE(pos): each pair
+    of dimensions is rotated by the angle w k. This figure is our illustration of it.)"""
     pe = sinusoidal_encoding(positions, d_model).double()  # (positions, d_model)
     return (pe @ pe.T).numpy()
 
