@@ -30,6 +30,8 @@ POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: mo
 VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sentencepiece_tokenizer.py
 POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
 EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: model/transformer.py initialize
+INITS = ("xavier", "pytorch")  # the initial weights: model/transformer.py init_weights
+UNKNOWN_WORDS = ("unk", "pad")  # what a source word outside the vocabulary becomes: translator.py
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 
 
@@ -129,9 +131,14 @@ class ModelConfig:
     arch: str = option("encoder_decoder", "encoder_decoder (the paper's translator) or decoder_only (a GPT-style "
                                           "language model of data.train_text).")
     scale_embeddings: bool = option(True, "Multiply the embeddings by sqrt(d_model) (section 3.4); GPT-2 does not.")
-    embedding_init: str = option("xavier", "The token embedding's initial values: xavier (std "
-                                           "sqrt(2 / (V + d_model))) or normal (N(0, d_model^-0.5), as "
-                                           "tensor2tensor and fairseq).", shape=False)
+    init: str = option("xavier", "The initial weights: xavier (Xavier-uniform matrices, zero biases: "
+                                 "transformer.initialize) or pytorch (every module as PyTorch builds it, as "
+                                 "the study notes' make_model leaves it: nn.Linear weights and biases "
+                                 "U(-1/sqrt(fan_in), 1/sqrt(fan_in)), token embeddings N(0, 1), which "
+                                 "times sqrt(d_model) outweigh the positional encoding).", shape=False)
+    embedding_init: str = option("xavier", "The token embedding's initial values where model.init is xavier: "
+                                           "xavier (std sqrt(2 / (V + d_model))) or normal (N(0, d_model^-0.5), "
+                                           "as tensor2tensor and fairseq).", shape=False)
 
     def validate(self) -> None:
         _require(self.arch in ARCHS, "model.arch", f"must be one of {', '.join(ARCHS)}")
@@ -163,6 +170,11 @@ class ModelConfig:
         _require(self.positional in POSITIONALS, "model.positional", f"must be one of {', '.join(POSITIONALS)}")
         _require(self.embedding_init in EMBEDDING_INITS, "model.embedding_init",
                  f"must be one of {', '.join(EMBEDDING_INITS)}")
+        _require(self.init in INITS, "model.init", f"must be one of {', '.join(INITS)}")
+        _require(self.init == "xavier" or self.embedding_init == "xavier", "model.embedding_init",
+                 f"{self.embedding_init} redraws the embedding of model.init: xavier only; model.init: "
+                 f"{self.init} keeps PyTorch's N(0, 1) embedding (set model.embedding_init: xavier, or "
+                 "model.init: xavier)", also=("model.init",))
 
     @property
     def n_decoder_layers(self) -> int:
@@ -326,6 +338,13 @@ class DecodeConfig:
     batch_tokens: int = option(4096, "Source tokens per decoding batch.")
     precision: str = option("fp32", "Decoding arithmetic, the same for validation, translate and evaluate: fp32, "
                                     "bf16 (autocast), or auto (bf16 where the hardware runs it fast).")
+    unknown_words: str = option("unk", "A source word outside the vocabulary, wherever a run translates "
+                                       "(validation, translate, evaluate, the server): unk (the `<unk>` id, "
+                                       "which the encoder reads like any word) or pad (the padding id, so "
+                                       "the source mask hides it from every attention, as the study notes' "
+                                       "translate does). Training data is read as it is: a word vocabulary "
+                                       "of every training word (data.vocab_type: word, a large enough "
+                                       "data.vocab_size) has no unknown word there.")
 
     def validate(self) -> None:
         _require(self.beam >= 1, "decode.beam", "must be at least 1")
@@ -334,6 +353,8 @@ class DecodeConfig:
         _require(self.max_len_b >= 1, "decode.max_len_b", "must be at least 1")
         _require(self.batch_tokens >= 1, "decode.batch_tokens", "must be positive")
         _require(self.precision in PRECISIONS, "decode.precision", "must be 'auto', 'bf16' or 'fp32'")
+        _require(self.unknown_words in UNKNOWN_WORDS, "decode.unknown_words",
+                 f"must be one of {', '.join(UNKNOWN_WORDS)}")
 
 
 @dataclass(frozen=True)

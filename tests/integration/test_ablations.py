@@ -1,4 +1,6 @@
-"""benchmarks/ablations.py runs two tiny rows end to end and keeps finished rows."""
+"""benchmarks/ablations.py: the notes' rows resolve to the notes' recipe, every other row is
+its one stated change, a tiny row runs end to end per seed and is kept, and the padding the
+rows do not copy (the notes pad every sentence to 500) changes no number."""
 
 from __future__ import annotations
 
@@ -7,49 +9,131 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
 from benchmark_loader import load_benchmark
 from run_helpers import write_multi30k
+from transformer_mt.config import Config, load_config, replace
+from transformer_mt.model.layers import SublayerConnection
+from transformer_mt.model.masks import padding_mask
+from transformer_mt.model.transformer import build_model
+
+ablations = load_benchmark("ablations")
+DATA = Path("data")
 
 
-def test_two_tiny_rows_run_and_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    ablations = load_benchmark("ablations")
+def resolved(name: str) -> Config:
+    return ablations.row_config(ablations.rows()[name], DATA)
+
+
+def changed_keys(cfg: Config, base: Config) -> set[str]:
+    """The dotted keys whose values differ between two configs."""
+    a, b = cfg.to_dict(), base.to_dict()
+    return {f"{section}.{key}" for section in a for key in a[section] if a[section][key] != b[section][key]}
+
+
+def keys_of(overrides: tuple[str, ...]) -> set[str]:
+    return {text.removeprefix("--").split("=", 1)[0] for text in overrides}
+
+
+def test_the_notes_row_is_the_notes_recipe() -> None:
+    """Each setting of the notes' experiment 1 on the row's resolved config (the one it
+    trains), the model it builds included."""
+    cfg = resolved("notes")
+    m, d, t, decode = cfg.model, cfg.data, cfg.train, cfg.decode
+    assert (m.n_layers, m.n_decoder_layers, m.d_model, m.d_ff, m.n_heads) == (2, 2, 128, 256, 4)
+    assert (m.dropout, m.attention_p, m.activation_p) == (0.1, 0.1, 0.1)  # MultiHeadedAttention(h, d_model)'s 0.1 too
+    assert m.norm_first and m.init == "pytorch" and m.scale_embeddings and m.positional == "sinusoidal"
+    assert not m.tie_embeddings and not m.share_vocab
+    torch.manual_seed(0)
+    model = build_model(replace(m, src_vocab_size=3000, tgt_vocab_size=2000))
+    assert isinstance(model.encoder.norm, nn.LayerNorm) and isinstance(model.decoder.norm, nn.LayerNorm)
+    sublayers = [s for s in model.modules() if isinstance(s, SublayerConnection)]
+    assert len(sublayers) == 2 * 2 + 2 * 3 and all(s.norm_first for s in sublayers)  # x + dropout(sublayer(norm(x)))
+    assert abs(float(model.src_embed.lut.weight.detach().std()) - 1.0) < 0.02  # nn.Embedding's N(0, 1), not Xavier
+    assert model.generator.proj.weight is not model.tgt_embed.lut.weight
+    assert (d.vocab_type, d.joint_vocab, d.train_pairs, d.batch_sentences) == ("word", False, 5000, 32)
+    assert d.vocab_size >= 24_889 + 4  # every word of even all 29,000 pairs (test_word_vocab counts 5,000's)
+    assert decode.unknown_words == "pad"
+    plain_adam = torch.optim.Adam([torch.zeros(1, requires_grad=True)]).defaults  # optim.Adam(params, lr=1e-3)
+    assert (t.schedule, t.lr, t.adam_betas, t.adam_eps, t.weight_decay) == (
+        "constant", plain_adam["lr"], plain_adam["betas"], plain_adam["eps"], plain_adam["weight_decay"])
+    assert (t.label_smoothing, t.clip_norm, t.accumulate, t.precision) == (0.0, 0.0, 1, "fp32")
+    assert t.max_steps == 30 * (5000 // 32) == 4680 and t.valid_every == t.max_steps
+    assert (decode.beam, decode.max_len_a, decode.max_len_b + 1) == (1, 0.0, 50)  # greedy, 50 steps (eos included)
+    assert ablations.rows()["notes"].checkpoint == "last"
+
+
+def test_their_hypotheses_and_each_fix_change_only_what_they_say() -> None:
+    """Every row but the notes' own is the notes' recipe with its own overrides and nothing
+    else: experiment 2 is 10,000 pairs at d_model 512 and d_ff 1,024 for 30 of its epochs,
+    a fix changes its keys only, a Table 3 row changes `all_fixes` in its keys only."""
+    rows, notes = ablations.rows(), resolved("notes")
+    ten = resolved("notes_10k")
+    assert changed_keys(ten, notes) == {"data.train_pairs", "model.d_model", "model.d_ff", "train.max_steps",
+                                        "train.valid_every"}
+    assert (ten.data.train_pairs, ten.model.d_model, ten.model.d_ff, ten.train.max_steps) == (10000, 512, 1024,
+                                                                                              30 * (10000 // 32))
+    assert changed_keys(resolved("notes_n4"), notes) == {"model.n_layers"} == changed_keys(resolved("notes_n6"), notes)
+    for name, (_, overrides) in ablations.FIXES.items():
+        changed = changed_keys(resolved(name), notes)
+        assert changed and changed <= keys_of(overrides), name
+        assert rows[name].steps == notes.train.max_steps and rows[name].checkpoint == "last"
+    together = resolved("all_fixes")
+    for name, (_, overrides) in ablations.TABLE_3.items():
+        assert changed_keys(resolved(name), together) == keys_of(overrides), name
+    assert together.model.init == "xavier" and together.data.vocab_type == "bpe" and together.decode.beam == 4
+    preset = load_config("multi30k_de_en", ablations.data_overrides(DATA))
+    ours = resolved("ours")
+    assert changed_keys(ours, preset) == {"train.budget_minutes", "train.max_seconds", "train.patience",
+                                          "train.max_steps", "train.valid_every", "train.log_every", "train.keep_last"}
+    assert ours.train.budget_minutes == 0 and ours.train.max_steps == notes.train.max_steps
+    for name in rows:  # no hidden scale of the learning rate: the default, or the preset's own
+        assert resolved(name).train.lr_scale == (preset.train.lr_scale if name == "ours" else 1.0), name
+
+
+def test_padding_every_sentence_to_500_changes_no_number() -> None:
+    """The notes pad every sentence to 500 positions, the rows to the batch's longest: the
+    real positions' outputs are the same, since padded keys get weight 0 and every other
+    operation is per position."""
+    torch.manual_seed(0)
+    model = build_model(replace(resolved("notes").model, src_vocab_size=50, tgt_vocab_size=40)).eval()
+    src = [[5, 9, 7, 3], [8, 3]]
+    tgt = [[2, 11, 12, 13], [2, 14]]
+
+    def outputs(width: int) -> list[torch.Tensor]:
+        pad = lambda rows: torch.tensor([r + [0] * (width - len(r)) for r in rows])  # noqa: E731
+        s, t = pad(src), pad(tgt)
+        with torch.no_grad():
+            logits = model.generator(model(s, t, padding_mask(s, 0)))
+        return [logits[i, : len(row)] for i, row in enumerate(tgt)]
+
+    for tight, wide in zip(outputs(4), outputs(500)):
+        assert torch.allclose(tight, wide, atol=1e-5)
+
+
+def test_a_quick_row_runs_per_seed_and_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     write_multi30k(tmp_path / "data")
-    out = tmp_path / "runs"
-    argv = ["ablations.py", "--data", str(tmp_path / "data"), "--out", str(out), "--rows", "notes,ours",
-            "--steps", "4", "--quick", "--json"]
+    out, results = tmp_path / "runs", tmp_path / "results.jsonl"
+    argv = ["ablations.py", "--data", str(tmp_path / "data"), "--out", str(out), "--results", str(results),
+            "--rows", "notes", "--seeds", "1,2", "--steps", "4", "--quick", "--json"]
     monkeypatch.setattr(sys, "argv", argv)
     assert ablations.main() == 0
-    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert [r["row"] for r in rows] == ["notes", "ours"]
-    assert all(r["steps"] == 4 and 0 <= r["bleu"] <= 100 and r["parameters"] > 0 for r in rows)
-    assert (out / "notes" / "source.model").is_file()  # the notes' separate word vocabularies
-    assert (out / "ours" / "tokenizer.model").is_file()  # ours: one joint BPE vocabulary
-    kept = (out / "results.jsonl").read_text()
+    records = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [(r["row"], r["seed"], r["steps"]) for r in records] == [("notes", 1, 4), ("notes", 2, 4)]
+    for r in records:
+        assert r["train_loss"] > 0 and 0 <= r["valid_bleu"] <= 100 and 0 <= r["test_bleu"] <= 100
+        assert r["checkpoint"] == "last" and "--decode.unknown_words=pad" in r["overrides"]
+    assert records[0]["recipe"] != records[1]["recipe"]  # the seed is part of what a run trains
+    assert len(list(out.glob("notes_seed1_*/source.model"))) == 1  # a word vocabulary per side
+    kept = results.read_text()
     monkeypatch.setattr(sys, "argv", argv + ["--markdown", "--chart", str(tmp_path / "chart.png")])
-    assert ablations.main() == 0  # a second sitting: both rows are skipped, nothing trains again
-    assert (out / "results.jsonl").read_text() == kept
+    assert ablations.main() == 0  # a report: nothing trains, nothing is written
+    assert results.read_text() == kept
     printed = capsys.readouterr().out.strip().splitlines()
-    assert json.loads(printed[-1]) == rows
-    assert any(line.startswith("| `notes` |") for line in printed)  # the Markdown table
-    assert any(line.startswith("| `ours` |") and "(A) h=4: 25.5" in line for line in printed)
+    assert json.loads(printed[-1]) == records
+    row = next(line for line in printed if line.startswith("| `notes` |"))
+    mean = sum(r["test_bleu"] for r in records) / 2
+    assert "| 2 | 4 |" in row and f"{mean:.1f} ± " in row
     assert (tmp_path / "chart.png").stat().st_size > 1000
-
-
-def test_every_row_is_a_valid_config() -> None:
-    """Each row's overrides load on the preset (keys and values checked), and the rows the
-    issue names are there."""
-    from transformer_mt.config import load_config
-
-    ablations = load_benchmark("ablations")
-    rows = ablations.variants()
-    assert {"notes", "notes_10k", "notes_n4", "notes_n6", "ours", "E_learned"} <= set(rows)
-    for name, (_, overrides) in rows.items():
-        cfg = load_config("multi30k_de_en", ablations.data_overrides(Path("data")) + overrides)
-        assert cfg.model.n_layers >= 1, name
-    notes = load_config("multi30k_de_en", rows["notes"][1])
-    assert (notes.data.vocab_type, notes.data.joint_vocab, notes.train.schedule) == ("word", False, "constant")
-    # the preset's keys the rows were measured with, whatever the preset says today
-    ours = load_config("multi30k_de_en", ablations.PRESET_AS_MEASURED + rows["ours"][1])
-    assert (ours.train.budget_minutes, ours.train.lr_scale, ours.model.attention_dropout) == (0, 0.4, -1)
-    assert (ours.model.n_layers, ours.model.d_model, ours.model.d_ff, ours.data.max_tokens) == (2, 128, 256, 4096)

@@ -1,4 +1,5 @@
-"""Initialisation: every matrix Xavier-uniform, W^Q, W^K, W^V each as its own d x d matrix."""
+"""Initialisation: every matrix Xavier-uniform, W^Q, W^K, W^V each as its own d x d matrix; or
+with model.init: pytorch the defaults PyTorch draws, as the study notes leave them."""
 
 from __future__ import annotations
 
@@ -70,3 +71,105 @@ def test_a_normal_embedding_init_gives_scaled_embeddings_unit_variance() -> None
     reference = xavier.state_dict()
     changed = {name for name, p in normal.state_dict().items() if not torch.equal(p, reference[name])}
     assert changed == {"src_embed.lut.weight", "tgt_embed.lut.weight", "generator.proj.weight"}
+
+
+# ---- model.init: pytorch (the study notes' make_model: no initialisation of its own) ----------
+def uniform_std(bound: float) -> float:
+    """std of U(-bound, bound): bound / sqrt(3)."""
+    return bound / math.sqrt(3.0)
+
+
+def test_pytorch_init_leaves_the_defaults_pytorch_draws() -> None:
+    """model.init: pytorch against the formulas of PyTorch's own initialisation: every
+    nn.Linear weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (kaiming_uniform with
+    a = sqrt(5)), every token embedding N(0, 1), LayerNorm gains 1 and biases 0."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=2, d_model=D_MODEL, d_ff=D_FF, n_heads=4, dropout=0.0, src_vocab_size=1000,
+                                    tgt_vocab_size=1200, share_vocab=False, tie_embeddings=False, init="pytorch"))
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 2 * 4 + 2 * 6 + 1  # encoder: in, out, w_1, w_2; decoder: 2 attentions + FFN; generator
+    for name, linear in linears:
+        bound = 1.0 / math.sqrt(linear.in_features)
+        weight, bias = linear.weight.detach(), linear.bias.detach()
+        assert float(weight.abs().max()) <= bound and float(weight.abs().max()) > 0.99 * bound, name
+        assert abs(float(weight.std()) - uniform_std(bound)) < 0.03 * uniform_std(bound), name
+        assert float(bias.abs().max()) <= bound
+        assert abs(float(bias.std()) - uniform_std(bound)) < 0.2 * uniform_std(bound), name
+    for embed in (model.src_embed, model.tgt_embed):
+        weight = embed.lut.weight.detach()
+        assert abs(float(weight.std()) - 1.0) < 0.01 and abs(float(weight.mean())) < 0.01
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all(bool((m.weight == 1).all()) and bool((m.bias == 0).all()) for m in norms)
+
+
+def test_pytorch_init_puts_the_positions_under_the_scaled_embedding() -> None:
+    """What the notes' initialisation does to the input of the first layer: N(0, 1) entries
+    times sqrt(d_model) have an RMS of sqrt(d_model) (11.3 at d_model 128), the sinusoid
+    one of sqrt(1/2) = 0.71, 1/16 of it; Xavier's embedding at V = 8,000 is ~1/4 of the
+    sinusoid's."""
+    d_model, vocab = 128, 8000
+    config = dict(n_layers=1, d_model=d_model, d_ff=256, n_heads=4, src_vocab_size=vocab, tgt_vocab_size=vocab)
+    ids = torch.arange(vocab).view(1, -1)
+    rms = lambda x: float(x.detach().pow(2).mean().sqrt())  # noqa: E731
+    torch.manual_seed(0)
+    notes = build_model(ModelConfig(**config, init="pytorch"))
+    positions = rms(notes.positional.pe[:200])
+    assert abs(positions - math.sqrt(0.5)) < 0.01
+    assert abs(rms(notes.tgt_embed(ids)) - math.sqrt(d_model)) < 0.01 * math.sqrt(d_model)
+    torch.manual_seed(0)
+    xavier = build_model(ModelConfig(**config))
+    assert abs(rms(xavier.tgt_embed(ids)) - xavier_std(vocab, d_model) * math.sqrt(d_model)) < 0.01
+    assert rms(xavier.tgt_embed(ids)) < positions / 3
+
+
+def test_the_default_init_is_the_xavier_one_bit_for_bit() -> None:
+    """model.init: xavier (the default) gives the very weights it gave before the option
+    existed: sha256 of the state dicts built from seed 0 then (torch 2.13, CPU), for a joint
+    tied model, a separate one with model.embedding_init: normal, and a language model."""
+    import hashlib
+
+    from transformer_mt.model.language_model import build_language_model
+
+    def digest(model: torch.nn.Module) -> str:
+        h = hashlib.sha256()
+        for name, t in sorted(model.state_dict().items()):
+            h.update(name.encode())
+            h.update(t.detach().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    small = dict(d_model=32, d_ff=64, n_heads=4)
+    built = []
+    for make, config in ((build_model, dict(n_layers=2, src_vocab_size=50, tgt_vocab_size=50)),
+                         (build_model, dict(n_layers=1, src_vocab_size=50, tgt_vocab_size=60, share_vocab=False,
+                                            tie_embeddings=False, embedding_init="normal")),
+                         (build_language_model, dict(arch="decoder_only", n_layers=1, tgt_vocab_size=50))):
+        torch.manual_seed(0)
+        built.append(digest(make(ModelConfig(**small, **config))))
+    assert built == ["8580fd0d74c38a5701745bfb6c77f1ed97548a3f21ba87f9922f6d3ed29973dd",
+                     "df0dcddb2f5a9338775972000e4ac7ceea300b77acd05977594d428e63bda5f3",
+                     "e70a352084656a12d5b071f927e3e345916734184f395236aa670322912eaafc"]
+    torch.manual_seed(0)
+    assert digest(build_model(ModelConfig(**small, n_layers=2, src_vocab_size=50, tgt_vocab_size=50,
+                                          init="xavier"))) == built[0]
+
+
+def test_a_language_model_takes_model_init_too() -> None:
+    from transformer_mt.model.language_model import build_language_model
+
+    torch.manual_seed(0)
+    model = build_language_model(ModelConfig(arch="decoder_only", n_layers=1, d_model=64, d_ff=128, n_heads=4,
+                                             tgt_vocab_size=4000, init="pytorch"))
+    assert abs(float(model.tgt_embed.lut.weight.detach().std()) - 1.0) < 0.02
+
+
+def test_the_config_names_a_wrong_init_and_a_normal_embedding_under_pytorch() -> None:
+    import pytest
+
+    from transformer_mt.config import ConfigError, load_config
+
+    assert load_config("tiny", ["--model.init=pytorch"]).model.init == "pytorch"
+    with pytest.raises(ConfigError, match=r"^--model.init=kaiming: must be one of xavier, pytorch$"):
+        load_config("tiny", ["--model.init=kaiming"])
+    with pytest.raises(ConfigError, match=r"^--model.embedding_init=normal: normal redraws the embedding of "
+                                          r"model.init: xavier only; model.init: pytorch keeps"):
+        load_config("tiny", ["--model.init=pytorch", "--model.embedding_init=normal"])

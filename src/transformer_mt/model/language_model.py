@@ -18,7 +18,7 @@ from transformer_mt.config import ModelConfig
 from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.decoder import Decoder
 from transformer_mt.model.embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding
-from transformer_mt.model.transformer import Generator, build_model, initialize, layer_arguments, positional_module
+from transformer_mt.model.transformer import Generator, build_model, init_weights, layer_arguments, positional_module
 
 
 class DecoderOnly(nn.Module):
@@ -57,7 +57,7 @@ class DecoderOnly(nn.Module):
 
 def build_language_model(cfg: ModelConfig) -> DecoderOnly:
     """A decoder-only model of `cfg` (model.arch: decoder_only), initialised as the
-    translation model is (transformer.initialize); the generator is tied to the
+    translation model is (transformer.init_weights); the generator is tied to the
     embedding when model.tie_embeddings. The vocabulary is model.tgt_vocab_size."""
     if cfg.tgt_vocab_size < 1:
         raise ValueError("model.tgt_vocab_size must be set (from the tokenizer)")
@@ -65,7 +65,7 @@ def build_language_model(cfg: ModelConfig) -> DecoderOnly:
     generator = Generator(cfg.d_model, cfg.tgt_vocab_size)
     decoder = Decoder(layer_arguments(cfg), cfg.n_layers, cfg.norm_first, cross_attention=False)
     model = DecoderOnly(decoder, embed, generator, positional_module(cfg))
-    initialize(model, cfg.embedding_init)
+    init_weights(model, cfg)
     if cfg.tie_embeddings:
         generator.proj.weight = embed.lut.weight
     return model

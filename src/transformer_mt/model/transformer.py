@@ -99,10 +99,11 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
     """Build and initialise a Transformer from a ModelConfig.
 
     Tying (section 3.4): the generator shares its weight with the target embedding when
-    `tie_embeddings`; the source embedding shares it too when `share_vocab`. Every matrix
-    gets Xavier-uniform init, the tied embedding included unless `embedding_init` is
-    "normal" (initialize says what each gives; a default N(0, 1) embedding multiplied by
-    sqrt(d_model) would swamp the positional encoding and training stalls).
+    `tie_embeddings`; the source embedding shares it too when `share_vocab`. The weights
+    start as `init_weights` says: Xavier-uniform for every matrix, the tied embedding
+    included unless `embedding_init` is "normal" (initialize says what each gives), or with
+    `init` "pytorch" PyTorch's own defaults, whose N(0, 1) embedding multiplied by
+    sqrt(d_model) swamps the positional encoding.
 
     Positions (`positional`): the sinusoid of section 3.5, or a learned table (Table 3
     row E) that keeps its own initialisation (embeddings.LearnedPositionalEmbedding).
@@ -128,7 +129,7 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
         generator,
         positional_module(cfg),
     )
-    initialize(model, cfg.embedding_init)
+    init_weights(model, cfg)
     if cfg.tie_embeddings:
         generator.proj.weight = tgt_embed.lut.weight
     return model
@@ -146,6 +147,21 @@ def positional_module(cfg: ModelConfig) -> PositionalEncoding | LearnedPositiona
     if cfg.positional == "learned":
         return LearnedPositionalEmbedding(cfg.d_model, cfg.dropout, cfg.max_positions)
     return PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_positions, cfg.positional_layout)
+
+
+def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
+    """The initial weights model.init names. "xavier": `initialize` (model.embedding_init
+    choosing the token embedding's). "pytorch": every module keeps what PyTorch drew when it
+    was built, as the study notes' make_model leaves it: an nn.Linear's weight and bias
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (W^Q, W^K and W^V stacked in one in_proj have the
+    fan_in of each, d_model), an nn.Embedding N(0, 1), LayerNorm gains 1 and biases 0; a
+    learned positional table keeps its own rule (embeddings.LearnedPositionalEmbedding).
+    Scaled by sqrt(d_model), N(0, 1) token embeddings have an RMS of sqrt(d_model) (11.3
+    at d_model 128) against the positional encoding's 0.71."""
+    if cfg.init == "xavier":
+        initialize(model, cfg.embedding_init)
+    elif cfg.init != "pytorch":
+        raise ValueError(f"model.init must be 'xavier' or 'pytorch', got {cfg.init!r}")
 
 
 def initialize(model: nn.Module, embedding_init: str = "xavier") -> None:
