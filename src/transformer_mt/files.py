@@ -8,9 +8,12 @@ cut: a process killed mid-write leaves the old file (or none), never half of a n
 from __future__ import annotations
 
 import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
+
+from transformer_mt.errors import UserError
 
 
 @contextmanager
@@ -57,3 +60,30 @@ def fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def check_writable_file(path: str | Path, option: str) -> Path:
+    """Fail before any work, in one UserError line that names `option` and what to do,
+    when a file cannot be written at `path`: a folder, a folder under a file, a folder
+    that does not exist, or one where nothing can be written. A temporary file is made and
+    removed beside `path` to find out (os.access says yes to root in /proc)."""
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"{option} {out}: is a folder; give a file name for the output")
+    above = out.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if above.exists() and not above.is_dir():
+        raise UserError(f"{option} {out}: {above} is a file, not a folder; give a path in a folder")
+    if not out.parent.is_dir():
+        raise UserError(f"{option} {out}: {out.parent}: no such folder for the output; create it first")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=out.parent)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise UserError(f"{option} {out}: cannot write in {out.parent} ({err.strerror}); give a path in a "
+                        "folder you can write") from None
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UserError(f"{option} {out}: cannot be written (permission denied)")
+    return out

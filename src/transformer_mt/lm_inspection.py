@@ -2,12 +2,12 @@
 position after a prompt and the tokens chosen so far, the causal self-attention of every
 layer and head over that sequence, and equation 1 spelt out for one cell of it.
 
-What the page's generate view shows (server/lm_service.py), as inspection.py is for the
-Translator. The weights come from `record_attention` (model/recording.py), which hooks the
-shared model for one pass: that pass must run alone on the model (the server holds its
-lock). Equation 1 is `inspection.equation_1`, the translator's own implementation.
+What the page's generate view shows (server/lm_service.py), as inspection.py is for a
+translation model. The weights come from `record_attention` (model/recording.py), which
+hooks the shared model for one pass: that pass must run alone on the model (the server
+holds its lock). Equation 1 is `inspection.equation_1`, the translator's own implementation.
 
-    ids = sequence_ids(lm, "three hundred", forced=[])     # end-of-text, then the prompt
+    ids = sequence_ids(lm, "three hundred", forced=[])     # lm.prefix, then the prompt
     found = next_token(lm, ids)
     found.logits.argmax()       # the token greedy generation picks next
     found.attention[0, 1]       # layer 1, head 2: (T, T), zero above the diagonal"""
@@ -16,21 +16,19 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import torch
 
 from transformer_mt.errors import UserError
+from transformer_mt.generation import LanguageModel
 from transformer_mt.inspection import check_layer_head, equation_1
 from transformer_mt.model.recording import AttentionRecorder, record_attention
-
-if TYPE_CHECKING:
-    from transformer_mt.generation import LanguageModel
 
 
 @dataclass(frozen=True)
 class NextToken:
-    """One recorded pass over a sequence (end-of-text, the prompt, the chosen tokens).
+    """One recorded pass over a sequence (lm.prefix, the prompt, the chosen tokens).
 
     ids and tokens: the sequence (T) as ids and pieces; logits (V,): the scores of the
     token after it, float32 on the CPU (softmax gives P(x_T | x_<T)); attention
@@ -51,7 +49,8 @@ class NextToken:
 
 
 def sequence_ids(lm: LanguageModel, prompt: str, forced: list[int]) -> list[int]:
-    """End-of-text, the prompt's ids, then the `forced` ids chosen so far; UserError for an
+    """lm.prefix (end-of-text for a run trained here, nothing for an imported GPT-2), the
+    prompt's ids, then the `forced` ids chosen so far; UserError for an
     empty prompt, an id outside the vocabulary, a forced end-of-text (it ends the line) or
     a sequence that leaves the model no position to predict."""
     ids = lm.prompt_ids(prompt)
@@ -63,8 +62,9 @@ def sequence_ids(lm: LanguageModel, prompt: str, forced: list[int]) -> list[int]
             raise UserError(f"forced token {number} is end-of-text: the line ends there, nothing follows it")
     limit = lm.model.positional.max_positions
     if len(ids) + len(forced) >= limit:
-        raise UserError(f"the prompt and the chosen tokens make {len(ids) + len(forced) - 1} tokens; this model "
-                        f"sees at most {limit - 1} (model.max_positions {limit}); start again with a shorter prompt")
+        raise UserError(f"the prompt and the chosen tokens make {len(ids) + len(forced) - len(lm.prefix)} tokens; "
+                        f"this model sees at most {limit - 1} (model.max_positions {limit}); start again with a "
+                        "shorter prompt")
     return ids + list(forced)
 
 

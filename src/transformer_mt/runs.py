@@ -40,6 +40,7 @@ from transformer_mt.data.tokenizers import find_tokenizer, load_tokenizer, token
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_open, atomic_path, atomic_write_text
 from transformer_mt.model.language_model import build_any_model
+from transformer_mt.tensor_checks import refuse_non_finite_load, refuse_non_finite_save, unreadable_reason
 
 log = logging.getLogger("transformer_mt")
 
@@ -151,22 +152,26 @@ class RunDir:
 
 # ---- checkpoints ------------------------------------------------------------------------
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
-    """torch.save of the full training state, atomically."""
+    """torch.save of the full training state, atomically; never with a NaN or infinite weight."""
+    refuse_non_finite_save(state.get("model", {}).items(), path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path) as handle:
         torch.save(state, handle)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by `save_checkpoint`, without unpickling code."""
+    """Read a checkpoint written by `save_checkpoint`, without unpickling code; a NaN or
+    infinite model weight makes it as unreadable as a damaged file."""
     path = Path(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise UserError(f"{path}: no such checkpoint") from None
     except Exception as err:  # any unreadable or foreign file
-        raise UserError(f"{path}: not a readable checkpoint ({type(err).__name__}: "
-                        f"{str(err).splitlines()[0] if str(err) else 'truncated'})") from None
+        raise UserError(f"{path}: not a readable checkpoint ({unreadable_reason(err)})") from None
+    if isinstance(state, dict) and isinstance(state.get("model"), dict):
+        refuse_non_finite_load(state["model"].items(), path)
+    return state
 
 
 def _step_files(directory: str | Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
@@ -187,15 +192,25 @@ def list_snapshots(directory: str | Path) -> list[Path]:
     return [p for _, p in _step_files(directory, SNAPSHOT_FILE)]
 
 
-def latest_checkpoint(directory: str | Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that can be read, and its state; a damaged newer one (a
-    disk that filled up, a copy cut short) is skipped with a warning that names it."""
+def latest_checkpoint(directory: str | Path, resuming: bool = True) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that can be read, and its state. A damaged newer one (a disk
+    that filled up, a copy cut short) is skipped with one warning that names it and what
+    is used instead: an older checkpoint or, `resuming`, none (training starts from step 0;
+    not resuming, no readable checkpoint at all is a UserError)."""
+    damaged: list[str] = []
+    found = None
     for path in reversed(list_checkpoints(directory)):
         try:
-            return path, load_checkpoint(path)
+            found = path, load_checkpoint(path)
+            break
         except UserError as err:
-            log.warning("%s; using the checkpoint before it (delete the damaged file to silence this)", err)
-    return None
+            damaged.append(str(err))
+    if damaged and not found and not resuming:
+        raise UserError(f"{damaged[0]}; no older checkpoint can be read")
+    if damaged:
+        used = f"using {found[0].name}, the newest readable one" if found else "training starts from step 0"
+        log.warning("%s; %s (delete the damaged file to silence this)", "; ".join(damaged), used)
+    return found
 
 
 def prune_checkpoints(directory: str | Path, keep_last: int) -> None:
@@ -233,7 +248,9 @@ def drop_snapshots_after(directory: Path, step: int) -> None:
 
 # ---- weights ----------------------------------------------------------------------------
 def save_weights(model: torch.nn.Module, path: str | Path) -> None:
-    """Model weights only, as safetensors (tied weights stored once), atomically."""
+    """Model weights only, as safetensors (tied weights stored once), atomically; never
+    a NaN or infinite weight (the file already there stays)."""
+    refuse_non_finite_save(model.state_dict().items(), Path(path))
     with atomic_path(path) as tmp:
         save_model(model, str(tmp))
 
@@ -250,6 +267,7 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
                         "(or pick other weights with --checkpoint last)") from None
     except (RuntimeError, ValueError) as err:
         raise UserError(f"{path}: does not match the model in config.yaml ({_first_line(err)})") from None
+    refuse_non_finite_load(model.state_dict().items(), path, "delete it, or pick other weights with --checkpoint")
 
 
 def load_run_weights(model: torch.nn.Module, run: RunDir, checkpoint: str = "best") -> Path:
@@ -265,11 +283,20 @@ def load_run_weights(model: torch.nn.Module, run: RunDir, checkpoint: str = "bes
             return path
         if checkpoint == "average":
             raise UserError(f"{path}: missing; create it with `transformer-mt average {run.root} --last N`")
-    found = latest_checkpoint(run.checkpoints)
+    others = " or ".join(f"--checkpoint {name}" for name, path in (("best", run.best), ("average", run.average))
+                         if name != checkpoint and path.is_file())
+    try:
+        found = latest_checkpoint(run.checkpoints, resuming=False)
+    except UserError as err:
+        raise UserError(f"{err}; " + (f"use {others}" if others else "delete it and resume training")) from None
     if found is None:
-        raise UserError(f"{run.checkpoints}: no readable step_N.pt checkpoint (and no {run.best.name}); "
-                        "train the run first")
+        missing = f" (and no {run.best.name})" if checkpoint == "best" else ""
+        raise UserError(f"{run.checkpoints}: no readable step_N.pt checkpoint{missing}; "
+                        + (f"use {others}" if others else "train the run first"))
     path, state = found
+    if checkpoint == "best":
+        log.info("%s: missing (no validation has selected weights yet); using %s, the newest step checkpoint",
+                 run.best, path)
     load_model_state(model, state["model"], path, run.config)
     return path
 

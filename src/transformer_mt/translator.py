@@ -164,13 +164,15 @@ class Translator:
         settings = settings if settings is not None else self.settings(nbest=nbest)
         if nbest > settings.beam:
             raise UserError(f"nbest ({nbest}) cannot exceed beam ({settings.beam})")
-        ids = self._encode(lines)
+        ids = self._encode(lines, settings.unknown_words)
         found: list[list[tuple[list[int], float, bool]]] = [[] for _ in lines]
         precision = resolve_precision(settings.precision, self.device)
         with torch.inference_mode(), autocast(self.device, precision):
             for batch in self._batches(ids, settings.batch_tokens):
                 src = pad_sequences([ids[i] + [EOS_ID] for i in batch]).to(self.device)
-                for i, row in zip(batch, self._decode_batch(src, settings, nbest)):
+                # source lengths, eos and masked unknown words included: what the output limit reads
+                lengths = torch.tensor([len(ids[i]) + 1 for i in batch], device=self.device)
+                for i, row in zip(batch, self._decode_batch(src, lengths, settings, nbest)):
                     found[i] = row
         return [[self._hypothesis(*h) for h in row] if row else [EMPTY] for row in found]
 
@@ -185,11 +187,16 @@ class Translator:
         return [[(h.text, h.score) for h in row] for row in found]
 
     # ---- the steps ---------------------------------------------------------------------
-    def _encode(self, lines: list[str]) -> list[list[int]]:
+    def _encode(self, lines: list[str], unknown_words: str = "unk") -> list[list[int]]:
         """Subword ids of each line (checked; [] for a line without text), truncated to
-        what the positional table allows, with a warning for each truncated line."""
+        what the positional table allows, with a warning for each truncated line.
+        `unknown_words` "pad" (decode.unknown_words) turns each <unk> into the padding id,
+        which the source mask hides from every attention (the study notes' translate);
+        the word keeps its position, so the words after it keep theirs."""
         checked = [check_line(line, number) for number, line in enumerate(lines, start=1)]
         ids = self.tokenizer.encode([line if has_text(line) else "" for line in checked])
+        if unknown_words == "pad":
+            ids = [[PAD_ID if i == UNK_ID else i for i in seq] for seq in ids]
         for number, seq in enumerate(ids, start=1):
             if len(seq) > self.max_source:
                 log.warning("input %d has %d subwords; truncated to the model's maximum of %d",
@@ -209,10 +216,12 @@ class Translator:
             current.append(i)
         return batches + ([current] if current else [])
 
-    def _decode_batch(self, src: torch.Tensor, settings: DecodeConfig, nbest: int) -> list[list[tuple]]:
-        """(ids without specials, normalised score, finished) of the n-best of each row of src (B, S)."""
+    def _decode_batch(self, src: torch.Tensor, lengths: torch.Tensor, settings: DecodeConfig,
+                      nbest: int) -> list[list[tuple]]:
+        """(ids without specials, normalised score, finished) of the n-best of each row of
+        src (B, S), whose sources have `lengths` (B,) tokens (eos included)."""
         alpha = settings.length_penalty
-        limits = self._output_limits((src != PAD_ID).sum(1), settings)
+        limits = self._output_limits(lengths, settings)
         if settings.beam == 1 and nbest == 1:
             tokens, scores = greedy_decode(self.model, src, limits, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
             tokens, scores = tokens[:, None], scores[:, None]
@@ -243,7 +252,7 @@ class Translator:
         Without a prefix it ends with the translation `search` gives with `settings`.
         Not thread-safe: it hooks the shared model's cross-attention."""
         settings = settings if settings is not None else self.defaults
-        src_ids = self._encode([sentence])[0]
+        src_ids = self._encode([sentence], settings.unknown_words)[0]
         if not src_ids:
             raise UserError("the sentence to decode is empty")
         forced = [self._piece_id(piece) for piece in prefix or []]
@@ -292,10 +301,10 @@ class Translator:
                      settings: DecodeConfig | None) -> Iterator[tuple[AttentionMaps, AttentionRecorder]]:
         """`inspection.forced_pass` of `sentence` and `hypothesis` (by default the best of
         `settings`); inside the block the recorder still holds what it saw."""
-        src_ids = self._encode([sentence])[0]
+        settings = settings if settings is not None else self.defaults
+        src_ids = self._encode([sentence], settings.unknown_words)[0]
         if not src_ids:
             raise UserError("the sentence to show attention for is empty")
-        settings = settings if settings is not None else self.defaults
         if hypothesis is None:
             hypothesis = self.search([sentence], settings)[0][0]
         output = hypothesis.ids[: self.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])

@@ -4,7 +4,9 @@ file, line or key and what to do, a non-zero exit code, no traceback, nothing ha
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,9 @@ import torch
 
 from conftest import tiny_config
 from transformer_mt.cli import main
-from transformer_mt.errors import TrainingDiverged
-from transformer_mt.runs import list_checkpoints, load_checkpoint
+from transformer_mt.errors import TrainingDiverged, UserError
+from transformer_mt.model.transformer import build_model
+from transformer_mt.runs import RunDir, list_checkpoints, load_checkpoint, save_checkpoint, save_weights
 from transformer_mt.training import fit
 from transformer_mt.training.trainer import Trainer
 
@@ -68,7 +71,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(small_run: Pat
     newest.write_bytes(newest.read_bytes()[:1000])
     assert main(["translate", str(small_run), "--checkpoint", "last", "-i", str(small_run / "data" / "test.src"),
                  "-o", str(small_run / "out.txt")]) == 0
-    assert "step_6.pt: not a readable checkpoint" in capsys.readouterr().err
+    assert re.search(r"step_6.pt: not a readable checkpoint .*; using step_3.pt, the newest readable one",
+                     capsys.readouterr().err)
     assert main(["train", "--run", str(small_run), "--no-progress"]) == 0  # resumes from step 3
     err = capsys.readouterr().err
     assert "resumed" in err and "at step 3" in err
@@ -88,6 +92,16 @@ def test_run_naming_a_regular_file_is_one_line(tmp_path: Path, capsys) -> None:
     path.write_text("not a run")
     one_line_error(capsys, main(["train", "tiny", "--run", str(path), *QUICK]), "exists and is not a folder")
     one_line_error(capsys, main(["vocab", "tiny", "--run", str(path)]), "exists and is not a folder")
+
+
+def test_a_bad_override_is_named_instead_of_the_preset(tmp_path: Path, capsys) -> None:
+    """The preset file is fine, the override is not: the line names the override as typed."""
+    run = tmp_path / "run"
+    one_line_error(capsys, main(["train", "tiny", "--run", str(run), "--train.budget_minutes=-1"]),
+                   r": error: --train\.budget_minutes=-1: must be >= 0 \(0 = no budget")
+    one_line_error(capsys, main(["vocab", "tiny", "--run", str(run), "--data.vocab_size=-5"]),
+                   r": error: --data\.vocab_size=-5: must be at least 8$")
+    assert not run.exists()
 
 
 def test_a_failed_start_leaves_nothing_and_a_corrected_one_starts_afresh(tmp_path: Path, capsys) -> None:
@@ -164,7 +178,7 @@ def test_unwritable_output_fails_before_translating(tiny_run: Path, tmp_path: Pa
     blocker = tmp_path / "file"
     blocker.write_text("")
     code = main(["translate", str(tiny_run), "-i", str(tiny_run / "data" / "test.src"), "-o", str(blocker / "out")])
-    err = one_line_error(capsys, code, "no such folder for the output")
+    err = one_line_error(capsys, code, r"-o .*file/out: .*file is a file, not a folder; give a path in a folder")
     assert "translated" not in err
     one_line_error(capsys, main(["translate", str(tiny_run), "-o", str(tmp_path)]), "is a folder")
 
@@ -179,3 +193,84 @@ def test_vocab_on_a_bad_corpus_leaves_no_run(tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
     one_line_error(capsys, main(["vocab", "tiny", "--run", str(run), *data]), "has 2 lines but")
     assert not run.exists()
+
+
+@pytest.fixture
+def run_copy(tiny_run: Path, tmp_path: Path) -> Path:
+    """A copy of the shared tiny run that a test may damage."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("tensorboard", "prepared"))
+    return run
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_an_output_that_is_an_input_is_refused(run_copy: Path, tmp_path: Path, capsys) -> None:
+    """--hyp naming --src or --ref (by another path to the same file), -o naming -i, or an
+    output naming a file of the run: refused before any work, every file as it was."""
+    src, ref = run_copy / "data" / "test.src", run_copy / "data" / "test.tgt"
+    os.symlink(src, tmp_path / "link.src")
+    before = files_of(tmp_path)
+    evaluate = ["evaluate", str(run_copy), "--src", str(src), "--ref", str(ref), "--hyp"]
+    one_line_error(capsys, main([*evaluate, str(tmp_path / "link.src")]), r"--hyp .*link.src: is the --src file, "
+                   "which this command reads; writing the output there would overwrite it: choose another file")
+    one_line_error(capsys, main([*evaluate, f"{run_copy}/data/../data/test.tgt"]), r"is the --ref file")
+    one_line_error(capsys, main([*evaluate, str(run_copy / "config.yaml")]), r"is a file of the run")
+    one_line_error(capsys, main(["translate", str(run_copy), "-i", str(src), "-o", str(src)]), r"-o .*is the -i file")
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", [["train", "tiny", "--run", "", "--train.max_steps=1"],
+                                     ["generate", "", "--prompt", "a"], ["import", "gpt2", "DIR", "--run", ""],
+                                     ["translate", "", "-i", "x"]])
+def test_an_empty_path_is_refused(tmp_path: Path, monkeypatch, capsys, command: list[str]) -> None:
+    """"" would be the current folder: train would write a whole run there."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path) if arg == "DIR" else arg for arg in command])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and "an empty path ('') would mean the current folder; give a name" in lines[-1]
+    assert "argument" in lines[-1] and not list(tmp_path.iterdir())
+
+
+def test_non_finite_weights_are_refused_when_loaded(run_copy: Path, capsys) -> None:
+    """best.safetensors with a valid header and 0xFF bytes (NaN) in its data: one line
+    naming the file and the tensor, before any translation."""
+    best = run_copy / "best.safetensors"
+    data = bytearray(best.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")  # after the header
+    data[start + 4000 : start + 8000] = b"\xff" * 4000
+    best.write_bytes(bytes(data))
+    code = main(["translate", str(run_copy), "-i", str(run_copy / "data" / "test.src")])
+    err = one_line_error(capsys, code, r"best.safetensors: the weight \S+ holds NaN or infinite values .*; delete it")
+    assert "translated" not in err
+
+
+def test_non_finite_weights_are_never_written(run_copy: Path, tmp_path: Path) -> None:
+    """save_weights and save_checkpoint check before the atomic write: the old file stays."""
+    model = build_model(RunDir(run_copy).read_config().model)
+    with torch.no_grad():
+        model.generator.proj.bias[3] = float("nan")
+    best = run_copy / "best.safetensors"
+    before = best.read_bytes()
+    with pytest.raises(UserError, match=r"best.safetensors: not written: the weight generator.proj.bias holds NaN"):
+        save_weights(model, best)
+    assert best.read_bytes() == before and not list(run_copy.glob(".*.tmp"))
+    with pytest.raises(UserError, match=r"step_9.pt: not written"):
+        save_checkpoint({"model": model.state_dict()}, tmp_path / "step_9.pt")
+    assert not (tmp_path / "step_9.pt").exists()
+
+
+def test_last_with_only_a_damaged_checkpoint_says_what_it_did(run_copy: Path, capsys) -> None:
+    """The one step_N.pt is random bytes (best.safetensors is there): no fallback is
+    claimed, the cure is --checkpoint best, and PyTorch's advice to load it unsafely
+    (weights_only=False) is not passed on."""
+    shutil.rmtree(run_copy / "checkpoints", ignore_errors=True)
+    (run_copy / "checkpoints").mkdir()
+    (run_copy / "checkpoints" / "step_7.pt").write_bytes(bytes(range(256)) * 20)
+    code = main(["translate", str(run_copy), "--checkpoint", "last", "-i", str(run_copy / "data" / "test.src")])
+    err = one_line_error(capsys, code, r"step_7.pt: not a readable checkpoint \(not a file of tensors that loads "
+                         r"without running code.*\); no older checkpoint can be read; use --checkpoint best$")
+    assert "weights_only" not in err and "before it" not in err and len(err.strip().splitlines()) == 1

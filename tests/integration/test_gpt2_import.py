@@ -151,6 +151,28 @@ def test_greedy_generation_equals_generate(gpt2) -> None:
     assert MAX_NEW in lengths  # at least one ran to the limit, not all stopped at once
 
 
+def test_generate_continues_a_prompt_as_transformers_does(gpt2, capsys) -> None:
+    """`transformer-mt generate` on the imported run: the prompt alone is fed (no
+    end-of-text first), so its greedy text is transformers' generate(do_sample=False)
+    decoded, prompt included, for every prompt."""
+    folder, model, run = gpt2
+    theirs = GPT2TokenizerFast.from_pretrained(folder)
+    eos = theirs.eos_token_id
+    prompts = [*PROMPTS, "numbers 12", "the dog sleeps", "Hello world,"]
+    expected = []
+    for prompt in prompts:
+        ids = theirs(prompt).input_ids
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=MAX_NEW, eos_token_id=eos, pad_token_id=eos)
+        expected.append(theirs.decode(out[0], skip_special_tokens=True))
+    args = [arg for prompt in prompts for arg in ("--prompt", prompt)]
+    assert main(["generate", str(run), *args, "--max-new-tokens", str(MAX_NEW), "--device", "cpu"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "".join(text + "\n" for text in expected)
+    assert "prompts continue from their own tokens alone" in err
+    assert len(set(expected)) == len(prompts) and all(text != prompt for text, prompt in zip(expected, prompts))
+
+
 def test_the_run_is_complete(gpt2) -> None:
     folder, _, run = gpt2
     assert sorted(p.name for p in run.iterdir()) == ["README.md", "best.safetensors", "config.yaml",
@@ -230,6 +252,12 @@ def edit_config(folder: Path, **changes: object) -> None:
     ("vocab", "vocab_size is 999 but the vocabulary has"),
     ("merges", "merges.txt: missing"),
     ("weights", "model.safetensors: not a readable weights file"),
+    ("bpe", "merges.txt: the merges do not fit the vocabulary (Error while initializing BPE: Token `ab` out of "
+            "vocabulary); every merge must join two pieces"),
+    ("bin", "pytorch_model.bin: not a readable weights file (not a file of tensors that loads without running code"),
+    ("nan", "model.safetensors: the weight transformer.h.0.mlp.c_fc.bias holds NaN or infinite values"),
+    ("run_in_proc", "(/proc); give --run a path in a folder you can write"),  # the reason depends on the user
+    ("run_under_file", "afile is a file, not a folder; give --run a path in a folder"),
 ])
 def test_what_is_refused_is_one_line(tmp_path: Path, gpt2, capsys, change: str, message: str) -> None:
     folder, run = tmp_path / "hf", tmp_path / "run"
@@ -251,10 +279,28 @@ def test_what_is_refused_is_one_line(tmp_path: Path, gpt2, capsys, change: str, 
     elif change == "exists":
         run.mkdir()
         (run / "keep.txt").write_text("mine")
+    elif change == "bpe":  # "a b" merges into "ab", which vocab.json lacks
+        (folder / "vocab.json").write_text(json.dumps({"a": 0, "b": 1, "<|endoftext|>": 3}))
+        (folder / "merges.txt").write_text("#version: 0.2\na b\n")
+    elif change == "bin":  # random bytes: PyTorch's message would advise weights_only=False
+        (folder / "model.safetensors").unlink()
+        (folder / "pytorch_model.bin").write_bytes(bytes(range(256)) * 8)
+    elif change == "nan":
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(str(folder / "model.safetensors"))
+        state["transformer.h.0.mlp.c_fc.bias"][3] = float("inf")
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    elif change == "run_in_proc":
+        run = Path("/proc/transformer-mt-run")
+    elif change == "run_under_file":
+        (tmp_path / "afile").write_text("mine")
+        run = tmp_path / "afile" / "run"
     source = str(tmp_path / "nowhere" / "hf") if change == "nowhere" else str(folder)
     assert main(["-q", "import", "gpt2", source, "--run", str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+    assert "weights_only" not in err
     assert (run / "keep.txt").is_file() if change == "exists" else not run.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.")]
 

@@ -205,3 +205,26 @@ def test_an_out_that_cannot_be_written_is_one_line(tiny_run: Path, target: str, 
     assert main(["-q", "export", target, str(tiny_run), "--out", "/proc/transformer-mt-export"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "/proc/transformer-mt-export: cannot be written" in err, err
+
+
+@pytest.mark.parametrize("languages, bad", [(["", "../x"], "''"), (["en", "../x"], "'../x'"),
+                                            (["de\n", "en"], "'de\\n'"), (["en US", "de"], "'en US'")])
+def test_language_codes_are_validated(tiny_run: Path, tmp_path: Path, capsys, languages: list[str], bad: str) -> None:
+    """They go into the model card's metadata and tokenizer_config.json: a code that is
+    not BCP 47-like (empty, a path, a space) is refused before anything is written."""
+    out = tmp_path / "parent" / "hf"
+    assert main(["-q", "export", "hf", str(tiny_run), "--out", str(out), "--languages", *languages]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"transformer-mt export: error: --languages {bad}: not a language code; give codes "
+                                "such as de, en or pt-BR (letters, digits and hyphens, BCP 47)"]
+    assert not (tmp_path / "parent").exists()
+
+
+def test_an_out_inside_the_run_is_refused(tiny_run: Path, tmp_path: Path, capsys) -> None:
+    """--force on a folder of the run would replace the run's own files."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("tensorboard", "prepared"))
+    before = sorted(p.name for p in (run / "data").iterdir())
+    assert main(["-q", "export", "hf", str(run), "--out", str(run / "data"), "--force"]) == 2
+    assert "is part of the run" in capsys.readouterr().err
+    assert sorted(p.name for p in (run / "data").iterdir()) == before

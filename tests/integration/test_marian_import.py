@@ -317,6 +317,7 @@ def edit_config(folder: Path, **changes: object) -> None:
     ("exists", "exists already; import into a new --run"),
     ("nowhere", "no such folder"),
     ("other", "config.json: model_type is 't5', not a Marian model"),
+    ("run_in_proc", "(/proc); give --run a path in a folder you can write"),  # the reason depends on the user
 ])
 def test_what_is_refused_is_one_line(tmp_path: Path, marian, capsys, change: str, message: str) -> None:
     folder = tmp_path / "hf"
@@ -343,6 +344,8 @@ def test_what_is_refused_is_one_line(tmp_path: Path, marian, capsys, change: str
     elif change == "exists":
         run.mkdir()
         (run / "keep.txt").write_text("mine")
+    elif change == "run_in_proc":  # /proc exists but takes no folder (root passes os.access there)
+        run = Path("/proc/transformer-mt-run")
     source = str(tmp_path / "nowhere" / "hf") if change == "nowhere" else str(folder)
     assert main(["-q", "import", "marian", source, "--run", str(run)]) == 2
     err = capsys.readouterr().err.strip()

@@ -158,3 +158,16 @@ def test_run_without_tokenizer_is_named(tmp_path: Path, capsys) -> None:
     (run / "config.yaml").write_text("model: {}\n")
     assert main(["translate", str(run)]) == 2
     assert f"{run / 'tokenizer.model'}: missing" in capsys.readouterr().err
+
+
+def test_a_beam_wider_than_the_vocabulary_is_refused(tiny_run: Path, source_file: Path, capsys) -> None:
+    """A beam cannot be filled with more hypotheses than there are target tokens; the
+    message says so and names the bound (the width the vocabulary allows still runs)."""
+    vocabulary = Translator.from_run(tiny_run, device="cpu").model.tgt_embed.lut.num_embeddings
+    assert main(["translate", str(tiny_run), "--beam", "100000", "-i", str(source_file), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"transformer-mt translate: error: beam 100000 is wider than the target vocabulary "
+                                f"({vocabulary} subwords): a beam cannot hold more hypotheses than there are tokens "
+                                f"to choose from; use a beam of at most {vocabulary}"]
+    assert main(["-q", "translate", str(tiny_run), "--beam", str(vocabulary + 1), "-i", str(source_file)]) == 2
+    assert "wider than the target vocabulary" in capsys.readouterr().err

@@ -316,3 +316,21 @@ def test_plots_of_a_run_without_its_text_name_where_they_looked(tmp_path: Path, 
     assert f"no valid or train text found (looked for {run / 'data' / 'valid.src'}" in capsys.readouterr().err
     assert main(["plot", "heads", str(run), "--out", str(tmp_path / "h.png")]) == 2
     assert "no valid text found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("figure", [["encodings"], ["embeddings", "RUN"]])
+@pytest.mark.parametrize("where, message", [
+    ("/proc/transformer-mt.png", r"--out /proc/transformer-mt.png: cannot write in /proc \("),
+    ("FILE/x.png", r"--out .*afile/x.png: .*afile is a file, not a folder"),
+])
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path: Path, tiny_run: Path, capsys, figure: list[str],
+                                                   where: str, message: str) -> None:
+    """/proc exists but takes no file (root passes os.access there); a path under a file
+    names the file. Both before any drawing, and nothing is written."""
+    (tmp_path / "afile").write_text("mine")
+    out = where.replace("FILE", str(tmp_path / "afile"))
+    args = [str(tiny_run) if arg == "RUN" else arg for arg in figure]
+    assert main(["-q", "plot", *args, "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err
+    assert (tmp_path / "afile").read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

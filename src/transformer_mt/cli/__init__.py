@@ -75,3 +75,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
     return value
+
+
+def path_arg(text: str) -> str:
+    """argparse type: a file or folder name that is not empty (`--run ""` would otherwise
+    mean the current folder, and a whole run would be written there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"an empty path ({text!r}) would mean the current folder; give a name")
+    return text

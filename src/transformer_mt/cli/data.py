@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from transformer_mt.cli import path_arg
 from transformer_mt.data import sources
 
 
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                f"The WMT datasets need the data extra: {sources.INSTALL_HINT}.",
     )
     get.add_argument("name", help="dataset name (see `transformer-mt data list`)")
-    get.add_argument("--out", required=True, help="folder to write (created if missing)")
+    get.add_argument("--out", required=True, type=path_arg, help="folder to write (created if missing)")
     get.add_argument("--src", help="source language (default: the dataset's, e.g. en for wmt14-en-de)")
     get.add_argument("--tgt", help="target language (default: the dataset's)")
     get.add_argument("--from", dest="local", metavar="LOCAL",

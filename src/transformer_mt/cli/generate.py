@@ -9,27 +9,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
-from transformer_mt.cli import positive_int
+from transformer_mt.cli import path_arg, positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
 from transformer_mt.runs import CHECKPOINT_CHOICES
+
+log = logging.getLogger("transformer_mt")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     generate = subparsers.add_parser(
         "generate", help="continue prompts with a language-model run (greedy, or sampled)",
         description="Continue each prompt to the end of its line (or --max-new-tokens) and print the whole "
-                    "line. Greedy by default; --temperature, --top-k or --top-p sample instead.",
+                    "line. Greedy by default; --temperature, --top-k or --top-p sample instead. A run trained "
+                    "here reads each prompt after end-of-text (where the lines of its training text start); an "
+                    "imported GPT-2 reads the prompt alone, as transformers' generate does.",
     )
-    generate.add_argument("run", help="a language-model run (model.arch: decoder_only) or an imported GPT-2")
+    generate.add_argument("run", type=path_arg,
+                          help="a language-model run (model.arch: decoder_only) or an imported GPT-2")
     generate.add_argument("--prompt", action="append", help="text to continue (repeat for several); "
                           "default: one prompt per stdin line")
     generate.add_argument("--max-new-tokens", type=positive_int, default=50, help="most tokens added (default 50)")
     generate.add_argument("--temperature", type=float, help="sample from softmax(logits / T), T > 0")
     generate.add_argument("--top-k", type=int, help="sample among the K most likely tokens (K >= 1)")
     generate.add_argument("--top-p", type=float, help="sample from the nucleus of probability P, 0 < P <= 1")
-    generate.add_argument("--seed", type=int, default=0, help="seed of the sampling (the same seed, the same text)")
+    generate.add_argument("--seed", type=int, default=0, help="seed of the sampling, 0 to 2^64 - 1 (the same seed, "
+                          "the same text)")
     generate.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
                           help="best (default), last step checkpoint, or average.safetensors")
     generate.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1 ...")
@@ -37,12 +44,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from transformer_mt.generation import LanguageModel, sampling_of
+    from transformer_mt.generation import LanguageModel, check_seed, check_text, sampling_of
 
     sampling_of(args.temperature, args.top_k, args.top_p)  # refuse bad settings before loading the model
+    check_seed(args.seed, "--seed")
+    for number, prompt in enumerate(args.prompt or [], start=1):
+        check_text(prompt, f"--prompt {number}")
     lm = LanguageModel.from_run(args.run, device=args.device, checkpoint=args.checkpoint)
+    for prompt in args.prompt or []:
+        lm.prompt_ids(prompt)  # an empty or too long prompt: its one line comes first
+    log.info("%s: %s", args.run, "prompts continue after end-of-text, where each line of its training text starts"
+             if lm.after_end_of_text else "prompts continue from their own tokens alone, as an imported GPT-2 does "
+             "in transformers")
+    capped = False
 
     def answer(prompts: list[str]) -> None:
+        nonlocal capped
+        room = min(lm.room(prompt) for prompt in prompts)
+        if args.max_new_tokens > room and not capped:
+            capped = True
+            log.warning("--max-new-tokens %d is more than this model can add: it sees %d positions "
+                        "(model.max_positions), the prompt included, so a continuation stops after at most %d "
+                        "new tokens here", args.max_new_tokens, lm.model.positional.max_positions, room)
         texts = lm.generate(prompts, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
         sys.stdout.writelines(text + "\n" for text in texts)
         sys.stdout.flush()

@@ -12,6 +12,7 @@ import argparse
 import logging
 import shlex
 
+from transformer_mt.cli import path_arg
 from transformer_mt.config import CHECKPOINT_CHOICES
 # interop.ctranslate2 imports ctranslate2 only when an export runs: the parser needs none of it
 from transformer_mt.interop.ctranslate2 import QUANTIZATIONS, export_ctranslate2
@@ -41,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "long inputs are truncated as `translate` does, and decode the output pieces with the same "
                "model (imported runs: DIR/target.spm).",
     )
-    ct2.add_argument("run", help="run directory written by `train` or `demo`")
-    ct2.add_argument("--out", required=True, metavar="DIR",
+    ct2.add_argument("run", type=path_arg, help="run directory written by `train` or `demo`")
+    ct2.add_argument("--out", required=True, metavar="DIR", type=path_arg,
                      help="output folder (created; must be empty unless --force)")
     ct2.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
                      help="weight type in the folder (default float32; int8 for fast CPU decoding)")
@@ -65,8 +66,9 @@ def register_export_hf(targets: argparse._SubParsersAction) -> None:
                "huggingface_hub < 1.0) or huggingface_hub.upload_folder. `import marian DIR` of a Marian "
                "export gives the run back.",
     )
-    hf.add_argument("run", help="run directory written by `train`, `demo` or `import marian`")
-    hf.add_argument("--out", required=True, metavar="DIR", help="output folder (created; must be empty unless --force)")
+    hf.add_argument("run", type=path_arg, help="run directory written by `train`, `demo` or `import marian`")
+    hf.add_argument("--out", required=True, metavar="DIR", type=path_arg,
+                    help="output folder (created; must be empty unless --force)")
     hf.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
                     help="best (default), last step checkpoint, or average.safetensors")
     hf.add_argument("--languages", nargs=2, metavar=("SRC", "TGT"),
@@ -107,9 +109,10 @@ def register_import(subparsers: argparse._SubParsersAction) -> None:
         epilog="A name such as Helsinki-NLP/opus-mt-en-de is downloaded with huggingface_hub "
                "(pip install 'transformer-mt[interop]') on a machine that is online.",
     )
-    marian.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors or "
+    marian.add_argument("source", type=path_arg,
+                        help="a folder in the Hugging Face layout (config.json, model.safetensors or "
                                        "pytorch_model.bin, source.spm, target.spm, vocab.json) or a model name")
-    marian.add_argument("--run", required=True, help="run directory to create (must not exist)")
+    marian.add_argument("--run", required=True, type=path_arg, help="run directory to create (must not exist)")
     marian.set_defaults(func=run_import_marian)
     register_import_gpt2(formats)
 
@@ -123,9 +126,10 @@ def register_import_gpt2(formats: argparse._SubParsersAction) -> None:
         epilog="A name such as openai-community/gpt2 is downloaded with huggingface_hub "
                "(pip install 'transformer-mt[interop]') on a machine that is online.",
     )
-    gpt2.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors or "
+    gpt2.add_argument("source", type=path_arg,
+                      help="a folder in the Hugging Face layout (config.json, model.safetensors or "
                                      "pytorch_model.bin, vocab.json and merges.txt or tokenizer.json) or a model name")
-    gpt2.add_argument("--run", required=True, help="run directory to create (must not exist)")
+    gpt2.add_argument("--run", required=True, type=path_arg, help="run directory to create (must not exist)")
     gpt2.set_defaults(func=run_import_gpt2)
 
 

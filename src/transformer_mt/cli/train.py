@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from transformer_mt.cli import positive_int
+from transformer_mt.cli import path_arg, positive_int
 from transformer_mt.config import load_config
 from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="generate the numbers task, train a small model (under 5 min on 2 CPU cores), translate",
         description="Offline end-to-end demo: English -> German number phrases.",
     )
-    demo.add_argument("--out", help="run directory to write (default: runs/demo, with --lm runs/lm_demo)")
+    demo.add_argument("--out", type=path_arg,
+                      help="run directory to write (default: runs/demo, with --lm runs/lm_demo)")
     demo.add_argument("--lm", action="store_true", help="the language-model demo instead: a GPT-style model of "
                       "number phrases and their digits (under 5 min), then generation and a figure")
     demo.set_defaults(func=run_demo, overrides=[])
@@ -30,11 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train", help="train a model from a config (resumes an existing run directory)",
         description="Train CONFIG (a YAML file or a preset name) into RUN; on an existing RUN, resume.",
     )
-    train.add_argument("config", nargs="?", help="YAML config or preset (base, big, small, tiny, demo); "
+    train.add_argument("config", nargs="?", type=path_arg, help="YAML config or preset (base, big, small, tiny, demo); "
                                                  "omit to resume RUN with its saved config")
-    train.add_argument("--run", required=True, help="run directory (created, or resumed if it exists)")
+    train.add_argument("--run", required=True, type=path_arg, help="run directory (created, or resumed if it exists)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--init-from", metavar="RUN", help="fine-tune: start from RUN's weights and vocabulary "
+    train.add_argument("--init-from", metavar="RUN", type=path_arg,
+                       help="fine-tune: start from RUN's weights and vocabulary "
                        "(same as --train.init_from=RUN; the config's model section must match RUN's)")
     train.set_defaults(func=run_train, overrides=[])
     prepare = subparsers.add_parser(
@@ -44,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "`train --run RUN` (one process or many) then starts at once. On an existing RUN, check "
                     "that its prepared data still matches its corpus files.",
     )
-    prepare.add_argument("config", nargs="?", help="YAML config or preset; omit for an existing RUN")
-    prepare.add_argument("--run", required=True, help="run directory (created)")
+    prepare.add_argument("config", nargs="?", type=path_arg, help="YAML config or preset; omit for an existing RUN")
+    prepare.add_argument("--run", required=True, type=path_arg, help="run directory (created)")
     prepare.add_argument("--no-progress", action="store_true", help="no progress bar")
     prepare.set_defaults(func=run_prepare, overrides=[])
 
@@ -55,8 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "and store it as RUN/tokenizer.model (ids: pad 0, unk 1, bos 2, eos 3); with "
                     "data.joint_vocab false, one per side: RUN/source.model and RUN/target.model.",
     )
-    vocab.add_argument("config", help="YAML config or preset")
-    vocab.add_argument("--run", required=True, help="run directory to write the vocabulary into")
+    vocab.add_argument("config", type=path_arg, help="YAML config or preset")
+    vocab.add_argument("--run", required=True, type=path_arg, help="run directory to write the vocabulary into")
     vocab.set_defaults(func=run_vocab, overrides=[])
 
     average = subparsers.add_parser(
@@ -65,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "or else of the last N step checkpoints (the paper averaged the last 5 for base, 20 for "
                     "big); translate/evaluate then use them with --checkpoint average.",
     )
-    average.add_argument("run", help="run directory")
+    average.add_argument("run", type=path_arg, help="run directory")
     average.add_argument("--last", type=positive_int, default=5, help="how many checkpoints (default 5)")
     average.set_defaults(func=run_average)
 

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from transformer_mt.cli import positive_int
+from transformer_mt.cli import path_arg, positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
 from transformer_mt.device import resolve_precision, reuse_freed_memory
 from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_open
+from transformer_mt.files import atomic_open, check_writable_file
 from transformer_mt.quantize import DTYPES
-from transformer_mt.runs import CHECKPOINT_CHOICES
+from transformer_mt.runs import CHECKPOINT_CHOICES, RunDir, list_checkpoints
 
 log = logging.getLogger("transformer_mt")
 
@@ -31,7 +31,7 @@ STREAM_LINES = 64  # most stdin lines translated together, when they are already
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The options translate and evaluate share: which weights, where, how to search."""
-    parser.add_argument("run", help="run directory written by `train` or `demo`")
+    parser.add_argument("run", type=path_arg, help="run directory written by `train` or `demo`")
     parser.add_argument("--beam", type=positive_int, help="beam size (1 = greedy; default: the run's decode.beam)")
     parser.add_argument("--length-penalty", type=float, help="alpha of ((5 + len) / 6)^alpha (default: the run's)")
     parser.add_argument("--batch-tokens", type=positive_int, help="source tokens per batch (default: the run's)")
@@ -56,8 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "N may not exceed --beam; without --beam the run's beam is widened to N.",
     )
     add_decoding_arguments(translate)
-    translate.add_argument("-i", "--input", help="input file (UTF-8, .gz allowed; default: stdin)")
-    translate.add_argument("-o", "--output", help="output file, written whole at the end (default: stdout)")
+    translate.add_argument("-i", "--input", type=path_arg, help="input file (UTF-8, .gz allowed; default: stdin)")
+    translate.add_argument("-o", "--output", type=path_arg,
+                           help="output file, written whole at the end (default: stdout)")
     translate.add_argument("--nbest", type=positive_int, default=1, help="translations per line (default 1)")
     translate.set_defaults(func=run_translate)
 
@@ -69,15 +70,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "language-model run: perplexity and bits per character of --text.",
     )
     add_decoding_arguments(evaluate)
-    evaluate.add_argument("--src", help="source sentences, one per line")
-    evaluate.add_argument("--ref", help="reference translations, line N for line N of --src")
-    evaluate.add_argument("--text", help="a language-model run: the text to score (one line per sentence)")
+    evaluate.add_argument("--src", type=path_arg, help="source sentences, one per line")
+    evaluate.add_argument("--ref", type=path_arg, help="reference translations, line N for line N of --src")
+    evaluate.add_argument("--text", type=path_arg,
+                          help="a language-model run: the text to score (one line per sentence)")
     evaluate.add_argument("--lowercase-tokenized", action="store_true",
                           help="also report BLEU on lowercased, 13a-tokenized text")
     evaluate.add_argument("--tokenize", choices=("13a", "intl", "char", "none"), default="13a",
                           help="sacreBLEU tokenization for BLEU (default 13a, as in training validation; "
                                "char for one-word outputs such as the demo's)")
-    evaluate.add_argument("--hyp", help="also write the translations to this file")
+    evaluate.add_argument("--hyp", type=path_arg, help="also write the translations to this file")
     evaluate.add_argument("--json", action="store_true", help="last stdout line: the scores as JSON")
     evaluate.set_defaults(func=run_evaluate)
 
@@ -95,16 +97,27 @@ def load_translator(args: argparse.Namespace, nbest: int = 1):
     return translator, translator.settings(args.beam, nbest)
 
 
-def check_writable(path: str | Path) -> Path:
-    """Fail before any work when `path` cannot be written."""
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder; give a file name for the output")
-    if not path.parent.is_dir():
-        raise UserError(f"{path.parent}: no such folder for the output")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"{path}: cannot be written (permission denied)")
-    return path
+def check_output(path: str, option: str, run: str, inputs: dict[str, str | None]) -> Path:
+    """Fail before any work when the output `path` (given as `option`) cannot be written
+    or is a file this command reads: one of `inputs` (option -> path) or a file of the
+    run, which writing the translations would overwrite."""
+    out = check_writable_file(path, option)
+    run_dir = RunDir(Path(run))
+    run_files = [run_dir.config, *run_dir.tokenizer_files(), run_dir.best, run_dir.average,
+                 *list_checkpoints(run_dir.checkpoints)]
+    named = [(f"the {name} file", Path(given)) for name, given in inputs.items() if given is not None]
+    for what, source in named + [(f"a file of the run {run}", file) for file in run_files]:
+        if same_file(out, source):
+            raise UserError(f"{option} {path}: is {what}, which this command reads; writing the output there "
+                            "would overwrite it: choose another file")
+    return out
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (links and relative paths resolved)."""
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
 
 
 def write_lines_atomic(path: str | Path, lines: list[str]) -> None:
@@ -177,7 +190,7 @@ def interactive(translator, settings, nbest: int) -> None:
 
 def run_translate(args: argparse.Namespace) -> int:
     if args.output is not None:
-        check_writable(args.output)
+        check_output(args.output, "-o", args.run, {"-i": args.input})
     reuse_freed_memory()
     translator, settings = load_translator(args, args.nbest)
     if args.input is None and args.output is None:
@@ -206,7 +219,6 @@ def run_translate(args: argparse.Namespace) -> int:
 def run_evaluate(args: argparse.Namespace) -> int:
     from transformer_mt.cli.generate import run_evaluate_text
     from transformer_mt.evaluation import score
-    from transformer_mt.runs import RunDir
 
     if RunDir(Path(args.run)).require().read_config().model.arch == "decoder_only":
         if not args.text:
@@ -221,7 +233,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if not sources:
         raise UserError(f"{args.src}: the file is empty")
     if args.hyp:
-        check_writable(args.hyp)
+        check_output(args.hyp, "--hyp", args.run, {"--src": args.src, "--ref": args.ref})
     reuse_freed_memory()
     translator, settings = load_translator(args)
     start = time.perf_counter()

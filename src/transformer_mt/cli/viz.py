@@ -13,7 +13,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from transformer_mt.cli import positive_int
+from transformer_mt.cli import path_arg, positive_int
 from transformer_mt.errors import UserError
 from transformer_mt.quantize import DTYPES
 
@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     def figure(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = figures.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--out", default=f"{name}.png", help=f"output .png or .svg (default: {name}.png)")
+        parser.add_argument("--out", default=f"{name}.png", type=path_arg,
+                            help=f"output .png or .svg (default: {name}.png)")
         return parser
 
     enc = figure("encodings", "sinusoidal positional encodings: heatmap and a few dimensions as curves")
@@ -42,12 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="draw the dot product of the encodings of every pair of positions instead")
     enc.set_defaults(func=plot_encodings)
     embeddings = figure("embeddings", "the joint subword embeddings of a run, projected to 2-D (PCA)")
-    embeddings.add_argument("run", help="run directory")
+    embeddings.add_argument("run", type=path_arg, help="run directory")
     embeddings.add_argument("--labels", type=positive_int, default=60, help="pieces labelled (default: 60)")
     embeddings.add_argument("--checkpoint", default="best", choices=("best", "last", "average"), help="weights")
     embeddings.set_defaults(func=plot_embeddings)
     heads = figure("heads", "per head: attention entropy over the validation set; --ablate: BLEU change without it")
-    heads.add_argument("run", help="run directory")
+    heads.add_argument("run", type=path_arg, help="run directory")
     heads.add_argument("--sentences", type=positive_int, default=200,
                        help="validation sentences used (default: 200)")
     heads.add_argument("--ablate", action="store_true",
@@ -58,11 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     heads.add_argument("--device", default="cpu", help="cpu (default), cuda, auto ...")
     heads.set_defaults(func=plot_heads)
     masks = figure("masks", "the subsequent mask and the padding mask of a real batch")
-    masks.add_argument("--run", help="take the batch from this run's validation text and tokenizer")
+    masks.add_argument("--run", type=path_arg, help="take the batch from this run's validation text and tokenizer")
     masks.add_argument("--batch-size", type=positive_int, default=4, help="sentences in the batch (default: 4)")
     masks.set_defaults(func=plot_masks)
     schedule = figure("schedule", "the learning-rate schedule for several (d_model, warmup) pairs")
-    schedule.add_argument("--config", help="also draw the schedule of this config (file or preset, e.g. base)")
+    schedule.add_argument("--config", type=path_arg,
+                          help="also draw the schedule of this config (file or preset, e.g. base)")
     schedule.add_argument("--steps", type=positive_int, default=20000, help="steps on the x axis (default: 20000)")
     schedule.set_defaults(func=plot_schedule)
     smoothing = figure("smoothing", "the label-smoothed target distribution")
@@ -70,10 +72,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     smoothing.add_argument("--vocab-size", type=positive_int, default=8, help="vocabulary shown (default: 8)")
     smoothing.set_defaults(func=plot_smoothing)
     curves = figure("curves", "loss, perplexity, BLEU/chrF and learning rate over steps of a run")
-    curves.add_argument("run", help="run directory (may still be training)")
+    curves.add_argument("run", type=path_arg, help="run directory (may still be training)")
     curves.set_defaults(func=plot_curves)
     attention = figure("attention", "encoder, decoder and cross-attention of one sentence, every layer and head")
-    attention.add_argument("run", help="run directory")
+    attention.add_argument("run", type=path_arg, help="run directory")
     attention.add_argument("sentence", help="source sentence (quoted)")
     attention.add_argument("--kind", choices=ATTENTION_CHOICES, default="all",
                            help="which attention (default: all, one file each, named OUT-KIND.EXT)")
@@ -88,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Serve RUN at http://HOST:PORT/ (page) and /api/translate, /api/health, /openapi.json; "
                     "a language-model run gets the generate view and /api/generate, /api/generate/step.",
     )
-    serve.add_argument("run", help="run directory")
+    serve.add_argument("run", type=path_arg, help="run directory")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda ...")

@@ -4,13 +4,15 @@ checked before any work, written whole or not at all.
 An export is built in a temporary folder beside --out, every file fsynced, then renamed
 into place; an existing folder is replaced (with --force) only once the new one is
 complete, so a process killed midway leaves the old folder (or none), never half of a
-new one. A place that cannot be written (a read-only disk, /proc, no permission) is one
-UserError line that names --out, not an OSError traceback."""
+new one. A place that cannot be written (a read-only disk, /proc, no permission, a path
+under a file) is one UserError line that names --out (an import's --run), not an OSError
+traceback."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -19,41 +21,56 @@ from transformer_mt.files import fsync_folder
 
 
 def check_out_dir(out: Path, run_root: Path, force: bool) -> None:
-    """Refuse a file, a non-empty folder (without force), a folder holding the run, and a
-    parent folder that cannot be created or written: before the model is loaded."""
+    """Refuse a file, a non-empty folder (without force), a folder holding the run or
+    inside it (--force would replace the run's own files), and a place where the folder
+    cannot be created: before the model is loaded."""
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a folder; choose another --out")
     resolved, run = out.resolve(), run_root.resolve()
     if resolved == run or resolved in run.parents:
         raise UserError(f"{out}: holds the run {run_root} itself; choose another --out")
+    if run in resolved.parents and out.exists():
+        raise UserError(f"{out}: is part of the run {run_root}, which this command reads; choose an --out outside it")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UserError(f"{out}: exists and is not empty; choose another --out or add --force to replace it")
-    parent = resolved.parent
+    check_new_folder(out, "--out")
+
+
+def check_new_folder(folder: Path, option: str) -> None:
+    """Refuse, before any work, a `folder` that cannot be created (given as `option`): one
+    under a file, or in a place where nothing can be written. A temporary folder is made
+    and removed in its nearest existing parent to find out: os.access says yes to root in
+    /proc and on a read-only mount."""
+    parent = folder.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{folder}: {parent} is a file, not a folder; give {option} a path in a folder")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".probe", dir=parent))
     except OSError as err:
-        raise unwritable(out, err) from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{out}: cannot write in {parent} (permission denied); choose an --out in a folder you can write")
+        raise unwritable(folder, OSError(err.errno, err.strerror, str(parent)), option) from None
 
 
-def unwritable(out: Path, err: OSError) -> UserError:
-    """The one line for an OSError met while writing the folder `out`."""
+def unwritable(out: Path, err: OSError, option: str = "--out") -> UserError:
+    """The one line for an OSError met while writing the folder `out` (given as `option`)."""
     reason = err.strerror or type(err).__name__
     where = f" ({err.filename})" if err.filename and str(err.filename) != str(out) else ""
-    return UserError(f"{out}: cannot be written: {reason}{where}; choose an --out in a folder you can write")
+    return UserError(f"{out}: cannot be written: {reason}{where}; give {option} a path in a folder you can write")
 
 
-def write_folder(out: Path, fill: Callable[[Path], None]) -> None:
-    """Create `out` (an absolute path) with `fill(tmp)`, which writes the files into the
-    empty folder `tmp`: built beside `out`, fsynced, renamed into place (replacing an
-    existing `out` only when complete). An OSError becomes one UserError line."""
+def write_folder(out: Path, fill: Callable[[Path], None], option: str = "--out") -> None:
+    """Create `out` (an absolute path; its missing parents too) with `fill(tmp)`, which
+    writes the files into the empty folder `tmp`: built beside `out`, fsynced, renamed into
+    place (replacing an existing `out` only when complete). An OSError becomes one
+    UserError line naming `option`, the command's name for `out`."""
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     old = out.with_name(f".{out.name}.{os.getpid()}.old")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         _replace_with(out, tmp, old, fill)
     except OSError as err:
-        raise unwritable(out, err) from None
+        raise unwritable(out, err, option) from None
     shutil.rmtree(old, ignore_errors=True)
     fsync_folder(out.parent)
 

@@ -99,7 +99,7 @@ def import_gpt2(source: str | Path, run_dir: str | Path) -> RunDir:
         save_weights(model, tmp.best)
         write_provenance(tmp, source, folder, hf, tokenizer)
 
-    write_folder(run.root.resolve(), fill)
+    write_folder(run.root.resolve(), fill, "--run")
     log.info("imported %s into %s: %d layers, d_model %d, %d heads, %d pieces, %d positions", source, run.root,
              cfg.model.n_layers, cfg.model.d_model, cfg.model.n_heads, len(tokenizer), cfg.model.max_positions)
     return run
@@ -113,11 +113,19 @@ def load_source_tokenizer(folder: Path) -> ByteLevelBPETokenizer:
     settings = read_json(folder / "tokenizer_config.json")
     if (folder / "tokenizer.json").is_file():
         vocab, merges = tokenizer_json_model(folder / "tokenizer.json")
+        where = folder / "tokenizer.json"
     else:
         vocab, merges = read_vocab(folder / "vocab.json"), read_merges(folder / "merges.txt")
+        where = folder / "merges.txt"
     added = added_tokens(folder)
-    tokenizer = ByteLevelBPETokenizer.from_vocab(vocab, merges, bool(settings.get("add_prefix_space", False)),
-                                                 [(piece, special) for _, piece, special in added])
+    try:
+        tokenizer = ByteLevelBPETokenizer.from_vocab(vocab, merges, bool(settings.get("add_prefix_space", False)),
+                                                     [(piece, special) for _, piece, special in added])
+    except UserError:
+        raise
+    except Exception as err:  # the tokenizers library raises its own Exception for merges that do not fit
+        raise UserError(f"{where}: the merges do not fit the vocabulary ({(str(err).splitlines() or [''])[0][:200]}); "
+                        "every merge must join two pieces of the vocabulary into one that is in it too") from None
     for i, piece, _ in added:
         if tokenizer.piece_to_id(piece) != i:
             raise UserError(f"{folder}: added token {piece!r} has id {i}, but the vocabulary gives it "
@@ -273,4 +281,5 @@ def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str
     atomic_write_text(run.root / "imported.json", json.dumps(record, indent=1) + "\n")
     atomic_write_text(run.root / "README.md",
                       f"Imported from {source} (Hugging Face GPT-2 format) by `transformer-mt import gpt2` "
-                      f"on {when}; see imported.json.\n")
+                      f"on {when}; see imported.json. `transformer-mt generate` continues a prompt from its own "
+                      "tokens alone, as transformers' generate does (a run trained here reads it after end-of-text).\n")

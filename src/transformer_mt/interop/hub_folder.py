@@ -12,6 +12,8 @@ from typing import Any
 import torch
 
 from transformer_mt.errors import UserError
+from transformer_mt.interop.folders import check_new_folder
+from transformer_mt.tensor_checks import refuse_non_finite_load, unreadable_reason
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # name or namespace/name
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -19,12 +21,14 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 def open_import(source: str | Path, run_dir: str | Path, kind: str, example: str,
                 downloaded: list[str]) -> tuple[Path, Path, dict[str, Any]]:
-    """What every import starts with: refuse an existing run (a non-empty folder), find the
-    source folder (downloading a model name) and read its config.json. Returns (the run
-    folder, the source folder, its config)."""
+    """What every import starts with: refuse an existing run (a non-empty folder) and one
+    that cannot be created (interop/folders.py), find the source folder (downloading a
+    model name) and read its config.json. Returns (the run folder, the source folder, its
+    config)."""
     run = Path(run_dir)
     if run.exists() and (not run.is_dir() or any(run.iterdir())):
         raise UserError(f"{run}: exists already; import into a new --run")
+    check_new_folder(run, "--run")
     folder = resolve_source(source, kind, example, downloaded)
     return run, folder, read_json(folder / "config.json", required=True, kind=kind)
 
@@ -81,7 +85,8 @@ def read_json(path: Path, required: bool = False, kind: str = "") -> dict[str, A
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors, else pytorch_model.bin (read with weights_only=True), as float32."""
+    """model.safetensors, else pytorch_model.bin (read with weights_only=True), as float32;
+    a NaN or infinite weight is refused."""
     for name in WEIGHT_FILES:
         path = folder / name
         if not path.is_file():
@@ -94,10 +99,10 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
             else:
                 state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # a damaged or foreign file
-            raise UserError(f"{path}: not a readable weights file ({type(err).__name__}: "
-                            f"{(str(err).strip().splitlines() or [''])[0][:200]})") from None
+            raise UserError(f"{path}: not a readable weights file ({unreadable_reason(err)})") from None
         if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
             raise UserError(f"{path}: expected a dictionary of tensors")
+        refuse_non_finite_load(state.items(), path, "fetch the model again")
         return {key: tensor.float() for key, tensor in state.items()}
     sharded = [p.name for p in folder.glob("*.index.json")]
     raise UserError(f"{folder}: no {' or '.join(WEIGHT_FILES)}" + (f" (sharded weights, {sharded[0]}, are not supported)"

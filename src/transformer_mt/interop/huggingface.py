@@ -68,6 +68,7 @@ from transformer_mt.runs import RunDir, load_run_model
 METADATA = "transformer_mt.json"  # where the export came from; read back by `import marian`
 CONFIG_COPY = "transformer_mt_config.yaml"
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", EOS_ID: "</s>"}  # MarianTokenizer's defaults
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*")
 ARCHITECTURES = {False: ("marian", "MarianMTModel"), True: ("pegasus", "PegasusForConditionalGeneration")}
 
 
@@ -79,6 +80,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str = "best"
     from the training file names; `command`: the command line, for the model card."""
     if checkpoint not in CHECKPOINT_CHOICES:
         raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
+    for code in languages or ():
+        check_language(code)
     run, out = RunDir(Path(run_dir)), Path(out_dir)
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
@@ -262,6 +265,15 @@ def metadata(run: RunDir, cfg: Config, checkpoint: str) -> dict[str, Any]:
         "transformer_mt": __version__, "positional_layout": cfg.model.positional_layout,
         "decode": dataclasses.asdict(cfg.decode),
     }
+
+
+def check_language(code: str) -> None:
+    """A language code as BCP 47 writes it (de, en-US, zh-Hant-TW): a 2- or 3-letter
+    language, then hyphen-separated subtags of letters and digits; it goes into the model
+    card's metadata and tokenizer_config.json, so nothing else (no path, no space) does."""
+    if not LANGUAGE_CODE.fullmatch(code):
+        raise UserError(f"--languages {code!r}: not a language code; give codes such as de, en or pt-BR "
+                        "(letters, digits and hyphens, BCP 47)")
 
 
 def guess_languages(cfg: Config) -> tuple[str, str] | None:

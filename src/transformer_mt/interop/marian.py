@@ -118,7 +118,7 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
         save_weights(model, tmp.best)
         write_provenance(tmp, source, folder, hf, generation, never)
 
-    write_folder(run.root.resolve(), fill)
+    write_folder(run.root.resolve(), fill, "--run")
     extra = "" if ours else " (+1 bos row)"
     log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords%s, activation %s", source, run.root,
              cfg.model.n_layers, cfg.model.n_decoder_layers, cfg.model.d_model, len(vocab), extra, cfg.model.activation)

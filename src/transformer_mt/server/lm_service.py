@@ -96,7 +96,7 @@ class LanguageModelService:
             "ids": found.ids,
             "tokens": found.tokens,
             "prompt_length": len(ids) - len(forced),
-            "text": self.lm.text_of(ids[1:]),
+            "text": self.lm.text_of(ids[len(self.lm.prefix):]),
             "eot": self.lm.eot,
             "top_k": top_k,
             **candidates_payload(found.logits, CANDIDATES, self.lm.tokenizer.id_to_piece),

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
 
 from transformer_mt.errors import UserError  # noqa: E402
+from transformer_mt.files import atomic_path, check_writable_file  # noqa: E402
 
 DPI = 100
 FORMATS = (".png", ".svg")
@@ -28,19 +29,23 @@ def new_figure(width: float, height: float, title: str) -> Figure:
 
 
 def check_output(path: str | Path) -> Path:
-    """The path as a Path, after checking its extension and its folder (UserError if not)."""
+    """The path as a Path, after checking its extension and that it can be written
+    (files.check_writable_file; UserError naming --out if not)."""
     out = Path(path)
     if out.suffix.lower() not in FORMATS:
         raise UserError(f"{out}: the output must end in .png or .svg")
-    if not out.parent.is_dir():
-        raise UserError(f"{out.parent}: no such folder for the output")
-    return out
+    return check_writable_file(out, "--out")
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as PNG or SVG (chosen by the extension) and return the path."""
+    """Write `fig` as PNG or SVG (chosen by the extension), atomically, and return the path."""
     out = check_output(path)
-    fig.savefig(out, dpi=DPI, format=out.suffix.lower().lstrip("."))
+    try:
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=DPI, format=out.suffix.lower().lstrip("."))
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot be written ({err.strerror}); give a path in a folder you can "
+                        "write") from None
     return out
 
 

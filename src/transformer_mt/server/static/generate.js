@@ -169,7 +169,7 @@ function renderSequence() {
   $("lm-text").textContent = data.text;
   $("lm-sequence").replaceChildren(...data.tokens.map((token, i) => {
     if (i < data.prompt_length) {
-      const start = i === 0;
+      const start = i === 0 && data.ids[0] === data.eot;
       return el("code", { class: start ? "chip start" : "chip prompt", text: token,
         title: start ? "end-of-text: every line starts after it" : "a token of the prompt" });
     }
