@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from transformer_mt import __version__
 from transformer_mt.errors import USER_ERRORS
@@ -25,8 +25,17 @@ class OneLineLogFormatter(logging.Formatter):
         return prefix + record.getMessage()
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a mistake in the arguments is one line, as every other user error: what
+    is wrong and where to look, exit code 2 (argparse prints the whole usage block first).
+    Sub-command parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="transformer-mt",
         description="The Transformer of 'Attention Is All You Need' for machine translation.",
     )
