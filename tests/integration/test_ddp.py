@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from transformer_mt.config import Config, load_config
@@ -158,14 +159,14 @@ def test_a_budgeted_two_process_run_follows_one_plan_within_its_budget(tmp_path:
     thread too), both ranks calibrate on the same steps and train the plan rank 0 wrote,
     every step annealed, inside the budget."""
     run = tmp_path / "run"
-    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.budget_minutes=0.25",
+    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.budget_minutes=0.15",
                       "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1",
                       timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     plan = json.loads((run / "plan.json").read_text())
     assert plan["calibration_steps"] == 5 and plan["total_steps"] > 5
     state = torch.load(run / "checkpoints" / f"step_{plan['total_steps']}.pt", weights_only=True)
-    assert len(state["rng"]) == WORLD_SIZE and state["trainer"]["train_seconds"] < 0.25 * 60
+    assert len(state["rng"]) == WORLD_SIZE and state["trainer"]["train_seconds"] < 0.15 * 60
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [e for e in events if e["event"] == "train"]
     assert train[-1]["step"] == plan["total_steps"] and train[-1]["lr"] < 0.05 * max(e["lr"] for e in train)
@@ -199,37 +200,28 @@ def readme_command() -> list[str]:
     return [*command, *SCENARIO]
 
 
-def final_weights(run: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run / "checkpoints" / "step_40.pt", weights_only=True)["model"]
-
-
 def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_runs_on_two_nodes(
         tmp_path: Path) -> None:
     """The README's torchrun line on two CPU processes, dropout on (each rank draws its own):
-    1. run straight: every rank's random states are saved, in rank order;
-    2. the same run, its launcher alone killed (SIGKILL) after the checkpoint of step 10: the
-       workers end too (PR_SET_PDEATHSIG), the last checkpoint stays loadable;
-    3. resumed with torchrun: the weights of the uninterrupted run, bit for bit;
-    4. the same run by two launchers of one process each, joined by torchrun's c10d
-       rendezvous on localhost (two 'nodes'): the same weights as on one node."""
+    1. its launcher alone killed (SIGKILL) after the checkpoint of step 10: the workers end
+       too (PR_SET_PDEATHSIG), the last checkpoint stays loadable;
+    2. resumed with torchrun: the weights of an uninterrupted run, bit for bit; the
+       uninterrupted run is
+    3. the same run by two launchers of one process each, joined by torchrun's c10d
+       rendezvous on localhost (two 'nodes'): every rank's random states saved, in rank order.
+    (Whichever launcher's process becomes rank 0, each rank keeps its shard and its dropout
+    seed, so two nodes train what one node of two processes trains.)"""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = readme_command()
-    relative_run = Path(command[command.index("--run") + 1])
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    straight.mkdir(), killed.mkdir()
-    result = subprocess.run(command, cwd=straight, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "a step takes 2 batch(es)" in result.stderr
-    saved = torch.load(straight / relative_run / "checkpoints" / "step_40.pt", weights_only=True)
-    assert len(saved["rng"]) == WORLD_SIZE and not torch.equal(saved["rng"][0]["torch"], saved["rng"][1]["torch"])
-
-    run = killed / relative_run
-    launcher = subprocess.Popen(command, cwd=killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+    run = tmp_path / command[command.index("--run") + 1]
+    log = tmp_path / "killed.log"
+    with open(log, "w", encoding="utf-8") as stderr:
+        launcher = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr,
+                                    start_new_session=True, env=env)
     try:
         deadline = time.time() + 240
         while not (run / "checkpoints" / "step_10.pt").exists():
-            assert launcher.poll() is None and time.time() < deadline
+            assert launcher.poll() is None and time.time() < deadline, log.read_text()[-3000:]
             time.sleep(0.005)
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(timeout=60)
@@ -240,12 +232,11 @@ def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_run
     finally:
         os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
         subprocess.run(["pkill", "-9", "-f", str(run)])
+    assert "a step takes 2 batch(es)" in log.read_text()
     assert not (run / "checkpoints" / "step_40.pt").exists()
     resumed = torchrun("train", "--run", str(run), "--no-progress")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed" in resumed.stderr
-    expected = final_weights(straight / relative_run)
-    assert all(torch.equal(expected[k], v) for k, v in final_weights(run).items())
 
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
@@ -261,8 +252,11 @@ def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_run
         for n in nodes:
             n.kill() if n.poll() is None else None
     assert all(n.returncode == 0 for n in nodes), [output[-3000:] for output in outputs]
-    # whichever launcher's process became rank 0, each rank keeps its shard and its dropout seed
-    assert all(torch.equal(expected[k], v) for k, v in final_weights(tmp_path / "nodes").items())
+    uninterrupted = torch.load(tmp_path / "nodes" / "checkpoints" / "step_40.pt", weights_only=True)
+    rng = uninterrupted["rng"]
+    assert len(rng) == WORLD_SIZE and not torch.equal(rng[0]["torch"], rng[1]["torch"])
+    resumed_weights = torch.load(run / "checkpoints" / "step_40.pt", weights_only=True)["model"]
+    assert all(torch.equal(uninterrupted["model"][k], v) for k, v in resumed_weights.items())
 
 
 def workers_of(run: Path) -> list[str]:

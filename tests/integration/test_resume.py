@@ -18,7 +18,7 @@ from transformer_mt.config import load_config
 from transformer_mt.runs import list_checkpoints, load_checkpoint
 from transformer_mt.training import fit
 
-STEPS, EVERY = 80, 10
+STEPS, EVERY = 40, 10
 ARGS = ["--train.max_steps=%d" % STEPS, "--train.valid_every=%d" % EVERY, "--model.dropout=0.1",
         "--data.task_size=500", "--train.keep_last=20"]
 
