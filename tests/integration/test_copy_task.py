@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import tiny_config
 from transformer_mt.data.corpus import read_parallel
 from transformer_mt.runs import RunDir
-from transformer_mt.training import fit
 from transformer_mt.translator import Translator
 
 
-def test_tiny_model_learns_to_copy(tmp_path: Path) -> None:
+def test_tiny_model_learns_to_copy(tiny_run: Path) -> None:
     """Trained with the `tiny` preset, the model copies sequences it never saw in
     training: exact match on the held-out test sequences (measured: 703 of 1000 are not
     in the training set, all 703 copied exactly). No wall-clock limit: a loaded machine
     trains slower, not worse (one measured run took 120 s instead of about 30)."""
-    run = tmp_path / "copy"
-    fit(tiny_config(), run, progress=False)
+    run = tiny_run
     data = RunDir(run).data
     train = read_parallel(data / "train.src", data / "train.tgt")
     test = read_parallel(data / "test.src", data / "test.tgt")
