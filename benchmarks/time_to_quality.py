@@ -139,13 +139,14 @@ def recipe(preset: str | Path, overrides: list[str], lowercase: bool = False) ->
     kept = {section: {key: value for key, value in values.items()
                       if key in FINGERPRINTED[section].split() or value != defaults[section][key]}
             for section, values in config.items()}
-    kept["data"] = {k: v for k, v in kept["data"].items() if not k.startswith(("train_", "valid_", "test_"))}
+    kept["data"] = {k: v for k, v in kept["data"].items() if k not in DATA_FILES}
     if lowercase:
         kept["data"]["lowercased_text"] = True
     kept["train"].pop("budget_minutes", None)
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
+DATA_FILES = {"train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "train_text", "valid_text"}
 # The keys fingerprinted whatever their value, as they were when the records began (data files and
 # the budget are given apart): a frozen list, never extended, so that the records keep matching.
 FINGERPRINTED = {

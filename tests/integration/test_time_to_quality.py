@@ -55,6 +55,7 @@ def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
     assert ttq.recipe("multi30k_en_de", ["--data.train_src=elsewhere.en", "--train.budget_minutes=5"]) == today
     assert ttq.recipe("multi30k_en_de", [f"--model.dropout={dropout + 0.1:.2f}"]) != today
     assert ttq.recipe("multi30k_en_de", ["--train.precision=fp32"]) != today
+    assert ttq.recipe("multi30k_en_de", ["--data.train_pairs=5000"]) != today  # fewer pairs: another recipe
     assert ttq.recipe("multi30k_en_de", ["--decode.length_penalty=0.6"]) != today  # decoding is part of it
     # the two directions train the same recipe on other files: a record's key holds the preset too
     assert ttq.key({"preset": "multi30k_de_en", "budget_minutes": 60, "recipe": ttq.recipe("multi30k_de_en", [])}) \
