@@ -62,25 +62,37 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def existing_ancestor(path: Path) -> Path:
+    """The nearest folder (or file) above `path` that exists: where writing it would start."""
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    return above
+
+
+def probe_writable(folder: Path, name: str) -> None:
+    """Make and remove a temporary file named after `name` in `folder`; the OSError if that
+    fails. os.access says yes to root in /proc and on a read-only mount, so only a real write
+    tells."""
+    handle, probe = tempfile.mkstemp(prefix=f".{name}.", suffix=".probe", dir=folder)
+    os.close(handle)
+    os.unlink(probe)
+
+
 def check_writable_file(path: str | Path, option: str) -> Path:
     """Fail before any work, in one UserError line that names `option` and what to do,
     when a file cannot be written at `path`: a folder, a folder under a file, a folder
-    that does not exist, or one where nothing can be written. A temporary file is made and
-    removed beside `path` to find out (os.access says yes to root in /proc)."""
+    that does not exist, or one where nothing can be written."""
     out = Path(path)
     if out.is_dir():
         raise UserError(f"{option} {out}: is a folder; give a file name for the output")
-    above = out.parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
+    above = existing_ancestor(out)
     if above.exists() and not above.is_dir():
         raise UserError(f"{option} {out}: {above} is a file, not a folder; give a path in a folder")
     if not out.parent.is_dir():
         raise UserError(f"{option} {out}: {out.parent}: no such folder for the output; create it first")
     try:
-        handle, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=out.parent)
-        os.close(handle)
-        os.unlink(probe)
+        probe_writable(out.parent, out.name)
     except OSError as err:
         raise UserError(f"{option} {out}: cannot write in {out.parent} ({err.strerror}); give a path in a "
                         "folder you can write") from None

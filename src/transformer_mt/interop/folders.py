@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 from transformer_mt.errors import UserError
-from transformer_mt.files import fsync_folder
+from transformer_mt.files import existing_ancestor, fsync_folder, probe_writable
 
 
 def check_out_dir(out: Path, run_root: Path, force: bool) -> None:
@@ -38,16 +37,13 @@ def check_out_dir(out: Path, run_root: Path, force: bool) -> None:
 
 def check_new_folder(folder: Path, option: str) -> None:
     """Refuse, before any work, a `folder` that cannot be created (given as `option`): one
-    under a file, or in a place where nothing can be written. A temporary folder is made
-    and removed in its nearest existing parent to find out: os.access says yes to root in
-    /proc and on a read-only mount."""
-    parent = folder.resolve().parent
-    while not parent.exists():
-        parent = parent.parent
+    under a file, or in a place where nothing can be written. A temporary file is made
+    and removed in its nearest existing parent to find out (files.probe_writable)."""
+    parent = existing_ancestor(folder.resolve())
     if not parent.is_dir():
         raise UserError(f"{folder}: {parent} is a file, not a folder; give {option} a path in a folder")
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".probe", dir=parent))
+        probe_writable(parent, folder.name)
     except OSError as err:
         raise unwritable(folder, OSError(err.errno, err.strerror, str(parent)), option) from None
 
