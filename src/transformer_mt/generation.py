@@ -121,7 +121,6 @@ class LanguageModel:
         self.eot = end_of_text(tokenizer)
         self.block_size = min(block_size, model.positional.max_positions)
         self.after_end_of_text = after_end_of_text
-        self.prefix = [self.eot] if after_end_of_text else []  # the ids fed before every prompt
 
     @classmethod
     def from_run(cls, path: str | Path, device: str = "auto", checkpoint: str = "best") -> "LanguageModel":
@@ -130,6 +129,11 @@ class LanguageModel:
         run = RunDir(Path(path))
         cfg, tokenizer, model = load_run_model(run, checkpoint, arch="decoder_only")
         return cls(model, tokenizer, resolve_device(device), cfg.data.block_size, starts_after_end_of_text(run))
+
+    @property
+    def prefix(self) -> list[int]:
+        """The ids fed before every prompt: end-of-text, or nothing (`after_end_of_text`)."""
+        return [self.eot] if self.after_end_of_text else []
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prefix (end-of-text, or nothing), then the prompt's ids; an empty, too long or
