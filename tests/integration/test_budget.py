@@ -73,7 +73,7 @@ def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(
     monkeypatch.setattr(budget, "SLOWDOWN", 2.0)
     monkeypatch.setattr(budget, "VALIDATION_SHARE", 0.5)  # validation points enough to re-plan at
     straight = tmp_path / "straight"
-    cfg = tiny_config(train__budget_minutes=0.15, train__warmup_steps=5, data__task_size=300, model__dropout=0.1)
+    cfg = tiny_config(train__budget_minutes=0.25, train__warmup_steps=5, data__task_size=300, model__dropout=0.1)
     fit(cfg, straight, progress=False)
     plan = Plan(**json.loads((straight / "plan.json").read_text()))
     assert plan.calibration_steps == 5  # the warmup: fixed on the run's own steps
@@ -110,7 +110,7 @@ def test_the_plan_fits_the_budget_even_when_the_first_measurement_was_wrong(
 
     monkeypatch.setattr(budget, "measure", too_fast)
     run = tmp_path / "run"
-    cfg = tiny_config(train__budget_minutes=0.1, train__warmup_steps=20, data__task_size=300)
+    cfg = tiny_config(train__budget_minutes=0.2, train__warmup_steps=20, data__task_size=300)
     trainer = fit(cfg, run, progress=False)
     plan = Plan(**json.loads((run / "plan.json").read_text()))
     assert plan.calibration_steps == 20 and trainer.state.step == plan.total_steps

@@ -159,14 +159,14 @@ def test_a_budgeted_two_process_run_follows_one_plan_within_its_budget(tmp_path:
     thread too), both ranks calibrate on the same steps and train the plan rank 0 wrote,
     every step annealed, inside the budget."""
     run = tmp_path / "run"
-    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.budget_minutes=0.15",
+    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.budget_minutes=0.25",
                       "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1",
                       timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     plan = json.loads((run / "plan.json").read_text())
     assert plan["calibration_steps"] == 5 and plan["total_steps"] > 5
     state = torch.load(run / "checkpoints" / f"step_{plan['total_steps']}.pt", weights_only=True)
-    assert len(state["rng"]) == WORLD_SIZE and state["trainer"]["train_seconds"] < 0.15 * 60
+    assert len(state["rng"]) == WORLD_SIZE and state["trainer"]["train_seconds"] < 0.25 * 60
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [e for e in events if e["event"] == "train"]
     assert train[-1]["step"] == plan["total_steps"] and train[-1]["lr"] < 0.05 * max(e["lr"] for e in train)
