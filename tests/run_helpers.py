@@ -55,11 +55,11 @@ def write_multi30k(folder: Path, languages: tuple[str, str] = ("de", "en"), line
                 handle.write("".join(" ".join(w) + "\n" for w in sentences))
 
 
-def resume_from(run: Path, step: int, copy: Path) -> dict[str, dict]:
+def resume_from(run: Path, step: int, copy: Path, **fit_options: object) -> dict[str, dict]:
     """What a run killed right after writing its checkpoint of `step` trains to: a copy of the
     finished `run` keeps only the checkpoints up to `step` (the later metrics, snapshots and
     averages stay, as a killed run leaves them, for the resume to discard) and `fit` resumes
-    it. Returns the final checkpoints of `run` and of the resumed copy, as
+    it (with `fit_options`). Returns the final checkpoints of `run` and of the resumed copy, as
     {"straight": ..., "resumed": ...}, to compare with `assert_same_state`."""
     import shutil
 
@@ -73,7 +73,7 @@ def resume_from(run: Path, step: int, copy: Path) -> dict[str, dict]:
     assert later, f"{run} has no checkpoint after step {step}: nothing to resume"
     for path in later:
         path.unlink()
-    fit(None, copy, progress=False)
+    fit(None, copy, progress=False, **fit_options)
     final = list_checkpoints(run / "checkpoints")[-1]
     return {"straight": load_checkpoint(final), "resumed": load_checkpoint(copy / "checkpoints" / final.name)}
 

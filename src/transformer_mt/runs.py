@@ -2,7 +2,6 @@
 design.md). Training writes a run, translation, the server and the plots read it.
 
     runs/NAME/config.yaml            the resolved config
-    runs/NAME/plan.json              a budgeted run's plan (training/budget.py)
     runs/NAME/tokenizer.model        sentencepiece model (+ .vocab); an imported Marian run has
                                      vocab.json, source.spm and target.spm instead, an imported
                                      GPT-2 run gpt2_tokenizer.json, a run with
@@ -75,10 +74,6 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
-
-    @property
-    def plan(self) -> Path:
-        return self.root / "plan.json"
 
     @property
     def snapshots(self) -> Path:

@@ -1,140 +1,121 @@
-"""train.budget_minutes: a plan fixed on the run's first steps, recorded, resumed exactly;
-budgets that cannot fit the warmup refused in one line before training."""
+"""train.budget_minutes (training/budget.py): a run paced by its elapsed time, on a clock
+the test controls (one second each time it is read), so every number below follows from the
+budget alone: the learning rate, validation and snapshot points, the last step, a resume."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from conftest import tiny_config
 from transformer_mt.cli import main
-from transformer_mt.errors import UserError
-from transformer_mt.runs import list_checkpoints, load_checkpoint
+from transformer_mt.runs import list_checkpoints, list_snapshots, load_checkpoint
 from transformer_mt.training import fit
-from transformer_mt.training import budget
-from transformer_mt.training.budget import Plan, make_plan, steps_that_fit
+from transformer_mt.training.budget import Budget, BudgetTooShort
+from transformer_mt.training.trainer import TrainState
 
 from run_helpers import assert_same_state, resume_from
 
-
-def test_a_plan_by_hand() -> None:
-    """600 s, 0.1 s a step, 5 s a validation point: 10% of 600 s allows 12 validations, capped
-    at 10; 11 validations (the last for the average) leave 545 s = 5450 steps."""
-    plan = make_plan(600.0, 0.1, 5.0, warmup_steps=100)
-    assert plan.total_steps == 5450
-    assert plan.valid_every == 545
-    assert (plan.average_last, plan.average_every) == (5, 109)  # 5 snapshots over the last 10%: 545 steps
+BUDGET_SECONDS, WARMUP = 120, 10
 
 
-@pytest.mark.parametrize("per_step,per_validation", [(0.02, 0.5), (0.05, 2.0), (0.3, 40.0), (1.0, 7.0)])
-def test_machines_of_different_speed_each_get_a_plan_that_fits(per_step: float, per_validation: float) -> None:
-    budget = 1800.0
-    plan = make_plan(budget, per_step, per_validation, warmup_steps=200)
-    validations = -(-plan.total_steps // plan.valid_every)  # validation points the run will make
-    spent = plan.total_steps * per_step + (validations + 1) * per_validation
-    assert spent <= budget
-    assert spent > budget - per_step - per_validation - 0.1 * budget  # and it uses the budget
-    assert validations * per_validation <= max(0.1 * budget, per_validation)
+class Ticks:
+    """A clock that advances one second each time it is read: the trainer reads it once per
+    step and once per validation point, so a step costs 1 s and a validation point 1 s."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
 
 
-def test_a_budget_that_cannot_fit_the_warmup_is_refused() -> None:
-    """30 s: one validation point (10 s) and the final one leave 10 s, 50 steps. The
-    advice, 15 minutes, is enough: 9 validation points and the final one leave 800 s = 4000 steps."""
-    with pytest.raises(UserError, match=r"train.budget_minutes=0.5: fits 50 steps .* fewer than "
-                                        r"train.warmup_steps=4000; give at least 15.0 minutes"):
-        make_plan(30.0, 0.2, 10.0, warmup_steps=4000)
-    assert make_plan(15 * 60.0, 0.2, 10.0, warmup_steps=4000).total_steps >= 4000
+def budget_config(**overrides: object):
+    return tiny_config(train__budget_minutes=BUDGET_SECONDS / 60, train__warmup_steps=WARMUP,
+                       data__task_size=300, train__log_every=1, model__dropout=0.1, **overrides)
 
 
-def test_the_cli_refuses_a_tiny_budget_in_one_line_before_training(tmp_path: Path, capsys) -> None:
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("budget") / "run"
+    fit(budget_config(), run, progress=False, clock=Ticks())
+    return run
+
+
+def events(run: Path, kind: str) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == kind]
+
+
+def elapsed_before(run: Path) -> dict[int, float]:
+    """The elapsed time before each step: after the step before it, and its validation
+    point's one second if it made one."""
+    validated = {e["step"] for e in events(run, "valid")}
+    return {e["step"] + 1: e["elapsed"] + (e["step"] in validated) for e in events(run, "train")} | {1: 0.0}
+
+
+def test_the_learning_rate_warms_up_by_steps_then_falls_to_zero_at_the_budget(budgeted: Path) -> None:
+    """lrate(step) = peak * step / warmup up to the warmup, then peak * (B - t) / (B - t_w)
+    with t the elapsed time before the step and t_w that at the end of the warmup."""
+    cfg = budget_config()
+    peak = cfg.train.lr_scale * cfg.model.d_model ** -0.5 * WARMUP ** -0.5  # equation 3 at step = warmup
+    train, before = events(budgeted, "train"), elapsed_before(budgeted)
+    assert [e["step"] for e in train] == list(range(1, len(train) + 1))
+    t_w = train[WARMUP - 1]["elapsed"]
+    for e in train:
+        step = e["step"]
+        want = (peak * step / WARMUP if step <= WARMUP
+                else peak * (BUDGET_SECONDS - before[step]) / (BUDGET_SECONDS - t_w))
+        assert e["lr"] == pytest.approx(want, rel=1e-9), step
+    assert train[-1]["lr"] < 0.05 * peak  # annealed by the last step
+
+
+def test_validation_every_tenth_snapshots_in_the_last_tenth_and_the_run_fits(budgeted: Path) -> None:
+    """A step and a validation point cost one second each: validation points follow each
+    tenth (12 s) of the budget; the run stops when one more step and the two closing
+    validations (its last step's, the average's) would pass 120 s; the snapshots of the last
+    tenth (every 2.4 s from 108 s) and of the last step are averaged."""
+    train, valid, before = events(budgeted, "train"), events(budgeted, "valid"), elapsed_before(budgeted)
+    crossings = [e["step"] for e in train if math.floor(e["elapsed"] / 12) > math.floor(before[e["step"]] / 12)]
+    last = train[-1]["step"]
+    assert [e["step"] for e in valid] == crossings + ([last] if last not in crossings else [])
+    assert len(crossings) == 9  # 12, 24, ..., 108 s; the tenth would be the budget's end
+    final = load_checkpoint(list_checkpoints(budgeted / "checkpoints")[-1])["trainer"]
+    assert final["step"] == last and final["elapsed"] <= BUDGET_SECONDS - 1  # the average's validation fits
+    assert train[-1]["elapsed"] + 1 + 2 * final["validation_seconds"] > BUDGET_SECONDS - 1  # one more would not
+    snapshots = [int(p.stem.removeprefix("step_")) for p in list_snapshots(budgeted / "snapshots")]
+    in_last_tenth = [e["step"] for e in train if e["elapsed"] >= 108 and math.floor(e["elapsed"] / 2.4) >
+                     math.floor(before[e["step"]] / 2.4)]
+    assert snapshots == sorted({*in_last_tenth, last})[-5:]
+    assert (budgeted / "average.safetensors").is_file() and events(budgeted, "average")
+
+
+def test_a_resumed_budget_continues_from_the_recorded_time(budgeted: Path, tmp_path: Path) -> None:
+    first = int(list_checkpoints(budgeted / "checkpoints")[0].stem.removeprefix("step_"))
+    assert_same_state(resume_from(budgeted, first, tmp_path / "stopped", clock=Ticks()))
+
+
+def test_a_budget_whose_warmup_cannot_fit_is_refused_after_its_first_steps() -> None:
+    """20 steps took 30 s: 1.5 s a step, so a warmup of 100 steps needs 2.5 minutes of a
+    2-minute budget."""
+    budget = Budget(seconds=120.0, warmup_steps=100, peak=1e-3)
+    assert not budget.finished(TrainState(step=19, elapsed=28.5), 27.0)
+    with pytest.raises(BudgetTooShort, match=r"train.budget_minutes=2: the warmup's 100 steps take about 2.5 "
+                                             r"minutes here \(1.500 s a step over the first 20\); give more than "
+                                             r"2.5 minutes or lower train.warmup_steps"):
+        budget.finished(TrainState(step=20, elapsed=30.0), 28.5)
+    assert not Budget(seconds=160.0, warmup_steps=100, peak=1e-3).finished(TrainState(step=20, elapsed=30.0), 28.5)
+
+
+def test_the_cli_refuses_a_tiny_budget_in_one_line_and_leaves_nothing(tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
     code = main(["-q", "train", "tiny", "--run", str(run), "--no-progress", "--data.task_size=200",
                  "--train.budget_minutes=0.001"])
     err = capsys.readouterr().err.strip()
     assert code == 2
-    assert len(err.splitlines()) == 1 and "train.budget_minutes=0.001: fits" in err, err
+    assert len(err.splitlines()) == 1 and "train.budget_minutes=0.001: the warmup's 100 steps take about" in err, err
     assert not run.exists()  # nothing half-made
-
-
-def test_a_replan_by_hand() -> None:
-    """After step 1000 (a validation point) with 600 s left, 0.5 s a step, 10 s a validation
-    point every 500 steps: the last step 2100 takes 1100 steps (550 s) and the validation
-    points at 1000, 1500, 2000, 2100 and the average's (50 s); step 2101 would not fit."""
-    assert steps_that_fit(1000, 600.0, 0.5, 10.0, 500) == 2100
-    assert steps_that_fit(1000, 5.0, 0.5, 10.0, 500) == 1001  # over budget: stop at the next step
-
-
-def test_a_budgeted_run_keeps_its_plan_and_resumes_bit_identically(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With re-plans: the calibration over-counts its steps' time twice, so the run re-plans
-    at its validation points; the resumed run follows the recorded plan without re-planning."""
-    monkeypatch.setattr(budget, "SLOWDOWN", 2.0)
-    monkeypatch.setattr(budget, "VALIDATION_SHARE", 0.5)  # validation points enough to re-plan at
-    straight = tmp_path / "straight"
-    cfg = tiny_config(train__budget_minutes=0.25, train__warmup_steps=5, data__task_size=300, model__dropout=0.1)
-    fit(cfg, straight, progress=False)
-    plan = Plan(**json.loads((straight / "plan.json").read_text()))
-    assert plan.calibration_steps == 5  # the warmup: fixed on the run's own steps
-    assert plan.replans and plan.first_total_steps < plan.total_steps  # the first plan was too short
-    events = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
-    assert min(e["step"] for e in events if e["event"] == "valid") > plan.calibration_steps
-    last = list_checkpoints(straight / "checkpoints")[-1]
-    assert last.name == f"step_{plan.total_steps}.pt"
-    lrs = [e["lr"] for e in map(json.loads, (straight / "metrics.jsonl").read_text().splitlines())
-           if e["event"] == "train"]
-    final = load_checkpoint(last)
-    last_lr = final["optimizer"]["param_groups"][0]["lr"]  # the rate of the last step
-    assert last_lr < 0.05 * max(lrs)  # annealed by the end (the last logged step may come well before it)
-    assert (straight / "average.safetensors").is_file()
-
-    kept = list_checkpoints(straight / "checkpoints")
-    if len(kept) < 2:
-        pytest.skip("the plan made a single validation point on this (slow) machine: nothing to resume from")
-    checkpoints = resume_from(straight, int(kept[0].stem.removeprefix("step_")), tmp_path / "stopped")
-    assert json.loads((tmp_path / "stopped" / "plan.json").read_text()) == json.loads((straight / "plan.json").read_text())
-    assert_same_state(checkpoints)
-
-
-def test_the_plan_fits_the_budget_even_when_the_first_measurement_was_wrong(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The copy's few steps can run faster than the run's average (on a 2-core CPU ~25%):
-    here they claim 100x faster steps. The plan is fixed on the run's own steps, so the
-    run still ends within its budget instead of planning 100x too many steps."""
-    real_measure = budget.measure
-
-    def too_fast(*args, **kwargs):
-        per_step, per_validation = real_measure(*args, **kwargs)
-        return per_step / 100, per_validation
-
-    monkeypatch.setattr(budget, "measure", too_fast)
-    run = tmp_path / "run"
-    cfg = tiny_config(train__budget_minutes=0.2, train__warmup_steps=20, data__task_size=300)
-    trainer = fit(cfg, run, progress=False)
-    plan = Plan(**json.loads((run / "plan.json").read_text()))
-    assert plan.calibration_steps == 20 and trainer.state.step == plan.total_steps
-    assert trainer.state.train_seconds < cfg.train.budget_minutes * 60
-
-
-def test_replans_bring_a_plan_that_was_too_long_back_into_the_budget(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A calibration that times its steps 4x too fast plans ~4x too many steps; the re-plans
-    at the validation points, on the steps really timed, end the run within its budget, the
-    learning rate annealed at its last step. The first re-plan waits for a second validation
-    point after the calibration, 2 x valid_every steps in: with 10 validation points over 4x
-    the steps that fit, that was at 67-80% of the steps the budget allowed (measured: step 270
-    of 402), and a 12-second run's timing noise sometimes left it a step or two to anneal in;
-    20 points put it at ~35% (step 146 of 423)."""
-    monkeypatch.setattr(budget, "SLOWDOWN", 0.25)
-    monkeypatch.setattr(budget, "VALIDATION_SHARE", 0.5)
-    monkeypatch.setattr(budget, "MAX_VALIDATIONS", 20)
-    run = tmp_path / "run"
-    cfg = tiny_config(train__budget_minutes=0.2, train__warmup_steps=5, data__task_size=300, train__log_every=1)
-    trainer = fit(cfg, run, progress=False)
-    plan = Plan(**json.loads((run / "plan.json").read_text()))
-    assert plan.replans and plan.first_total_steps > 2 * plan.total_steps
-    assert trainer.state.step == plan.total_steps
-    assert trainer.state.train_seconds < cfg.train.budget_minutes * 60
-    lrs = [e["lr"] for e in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if e["event"] == "train"]
-    assert lrs[-1] < 0.05 * max(lrs)

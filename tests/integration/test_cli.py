@@ -28,21 +28,19 @@ def cli(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.Comp
         (["translate", "NOWHERE"], "none: no such run directory"),
     ],
 )
-def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
+def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, capsys, args: list[str], message: str) -> None:
     args = [a.replace("RUN", str(tmp_path / "run")).replace("NOWHERE", str(tmp_path / "none")) for a in args]
-    result = cli(*args)
-    assert result.returncode == 2, result.stderr
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
-def test_bad_config_file_names_file_and_key(tmp_path: Path) -> None:
+def test_bad_config_file_names_file_and_key(tmp_path: Path, capsys) -> None:
     config = tmp_path / "my.yaml"
     config.write_text("model:\n  n_heads: 3\ndata:\n  task: copy\n")
-    result = cli("train", str(config), "--run", str(tmp_path / "run"))
-    assert result.returncode == 2
-    assert "my.yaml: model.d_model: must be divisible by model.n_heads" in result.stderr
+    assert main(["train", str(config), "--run", str(tmp_path / "run")]) == 2
+    assert "my.yaml: model.d_model: must be divisible by model.n_heads" in capsys.readouterr().err
 
 
 def test_unknown_option_is_an_argparse_error(capsys: pytest.CaptureFixture) -> None:

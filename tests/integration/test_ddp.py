@@ -154,23 +154,24 @@ def test_a_time_cap_stops_every_rank_together(tmp_path: Path) -> None:
     assert 0 < state["trainer"]["step"] < 100000 and state["trainer"]["train_seconds"] > 1
 
 
-def test_a_budgeted_two_process_run_follows_one_plan_within_its_budget(tmp_path: Path) -> None:
-    """train.budget_minutes under torchrun: rank 0 measures (validating on the waiting rank's
-    thread too), both ranks calibrate on the same steps and train the plan rank 0 wrote,
-    every step annealed, inside the budget."""
+def test_a_budgeted_two_process_run_stops_both_ranks_together_within_its_budget(tmp_path: Path) -> None:
+    """train.budget_minutes under torchrun: the ranks pace on rank 0's clock (taken with each
+    step's all-reduce), so both validate and stop at the same steps (a hang fails on the
+    timeout), every step annealed, inside the budget."""
     run = tmp_path / "run"
-    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.budget_minutes=0.25",
+    budget = 0.1 * 60
+    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.budget_minutes=0.1",
                       "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1",
                       timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    plan = json.loads((run / "plan.json").read_text())
-    assert plan["calibration_steps"] == 5 and plan["total_steps"] > 5
-    state = torch.load(run / "checkpoints" / f"step_{plan['total_steps']}.pt", weights_only=True)
-    assert len(state["rng"]) == WORLD_SIZE and state["trainer"]["train_seconds"] < 0.25 * 60
+    last = sorted((run / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem.removeprefix("step_")))[-1]
+    state = torch.load(last, weights_only=True)
+    assert len(state["rng"]) == WORLD_SIZE and state["trainer"]["elapsed"] < budget
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [e for e in events if e["event"] == "train"]
-    assert train[-1]["step"] == plan["total_steps"] and train[-1]["lr"] < 0.05 * max(e["lr"] for e in train)
-    assert any(e["event"] == "valid" for e in events)
+    assert train[-1]["step"] == state["trainer"]["step"] > 5
+    assert train[-1]["lr"] < 0.1 * max(e["lr"] for e in train)
+    assert any(e["event"] == "valid" for e in events) and (run / "average.safetensors").is_file()
 
 
 def test_a_nan_on_one_rank_stops_both_with_one_message(tmp_path: Path) -> None:

@@ -20,16 +20,15 @@ def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: 
     ttq = load_benchmark("time_to_quality")
     write_multi30k(tmp_path / "data", ("en", "de"), lines=40, splits=("train", "val", "test_2016_flickr", "test_2017_flickr"), seed=1)
     results, chart = tmp_path / "results.jsonl", tmp_path / "ttq.png"
-    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.1", "--data", str(tmp_path / "data"),
+    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.05", "--data", str(tmp_path / "data"),
             "--out", str(tmp_path / "runs"), "--results", str(results), "--json", *SMALL]
     monkeypatch.setattr(sys, "argv", argv)
     assert ttq.main() == 0
     (record,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert record["budget_minutes"] == 0.1 and record["steps"] >= 2
+    assert record["budget_minutes"] == 0.05 and record["steps"] >= 2
     assert set(record["test"]) == {"test_2016_flickr", "test_2017_flickr"}
     assert all(0 <= v["bleu"] <= 100 and v["bleu_lc_tok"] is not None for v in record["test"].values())
     assert record["peaks_gflops"]["fp32"] > 0
-    assert (Path(record["run"]) / "plan.json").is_file()
     kept = results.read_text()
     monkeypatch.setattr(sys, "argv", argv + ["--chart", str(chart)])
     assert ttq.main() == 0  # the same preset, budget and overrides: read back, not trained again
@@ -270,7 +269,7 @@ def test_lowercase_trains_and_scores_lowercased_text_as_a_recipe_of_its_own(
     overrides = record["overrides"]
     assert record["recipe"] == ttq.recipe("multi30k_en_de", overrides, True) != ttq.recipe("multi30k_en_de", overrides)
     assert ttq.recipe("multi30k_en_de", ["--train.seed=2"], True) != ttq.recipe("multi30k_en_de", ["--train.seed=2"])
-    assert Path(record["run"]) != ttq.run_folder(tmp_path / "runs", "multi30k_en_de", 0.1, overrides, again=False)
+    assert Path(record["run"]) != ttq.run_folder(tmp_path / "runs", "multi30k_en_de", 0.05, overrides, again=False)
 
     scores = {"test_2016_flickr": {"bleu": 41.3, "bleu_lc_tok": 41.25, "chrf": 66.04}}
     cased = {"preset": "multi30k_en_de", "budget_minutes": 60.0, "train_minutes": 59.4, "steps": 8123,

@@ -92,16 +92,16 @@ class SuccessorTask:
         return "successor task"
 
 
-def config(steps: int) -> Config:
+def config(steps: int, average_every: int = 0) -> Config:
     train = TrainConfig(schedule="constant", lr=0.05, max_steps=steps, valid_every=5, log_every=5,
-                        precision="fp32", keep_last=50)
+                        precision="fp32", keep_last=50, average_every=average_every)
     return Config(train=train)
 
 
-def train(run: Path, steps: int, hooks=()) -> Trainer:
+def train(run: Path, steps: int, hooks=(), average_every: int = 0) -> Trainer:
     seed_everything(1)
     task = SuccessorTask()
-    trainer = Trainer(config(steps), RunDir(run), task, task.build_model(), torch.device("cpu"),
+    trainer = Trainer(config(steps, average_every), RunDir(run), task, task.build_model(), torch.device("cpu"),
                       progress=False, hooks=hooks)
     trainer.resume()
     trainer.train()
@@ -127,7 +127,7 @@ def test_the_second_task_resumes_exactly(tmp_path: Path) -> None:
 
 def test_averaging_hook_averages_the_last_snapshots(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(run, 23, hooks=[Averaging(RunDir(run), last=3, every=4)])
+    train(run, 23, hooks=[Averaging(RunDir(run), last=3)], average_every=4)
     snapshots = list_snapshots(run / "snapshots")
     assert [p.name for p in snapshots] == ["step_16.safetensors", "step_20.safetensors", "step_23.safetensors"]
     final = load_checkpoint(run / "checkpoints" / "step_23.pt")["model"]
@@ -141,11 +141,11 @@ def test_averaging_hook_averages_the_last_snapshots(tmp_path: Path) -> None:
 
 def test_a_resume_drops_snapshots_of_steps_taken_again(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(run, 10, hooks=[Averaging(RunDir(run), last=5, every=2)])
+    train(run, 10, hooks=[Averaging(RunDir(run), last=5)], average_every=2)
     (run / "checkpoints" / "step_10.pt").unlink()  # as if killed after the snapshots of steps 6-10
     task = SuccessorTask()
-    trainer = Trainer(config(10), RunDir(run), task, task.build_model(), torch.device("cpu"), progress=False,
-                      hooks=[Averaging(RunDir(run), last=5, every=2)])
+    trainer = Trainer(config(10, average_every=2), RunDir(run), task, task.build_model(), torch.device("cpu"),
+                      progress=False, hooks=[Averaging(RunDir(run), last=5)])
     assert trainer.resume() and trainer.state.step == 5
     assert [p.name for p in list_snapshots(run / "snapshots")] == ["step_2.safetensors", "step_4.safetensors"]
     trainer.train()
@@ -154,7 +154,7 @@ def test_a_resume_drops_snapshots_of_steps_taken_again(tmp_path: Path) -> None:
 
 def test_averaging_needs_positive_sizes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="last >= 1"):
-        Averaging(RunDir(tmp_path), last=0, every=1)
+        Averaging(RunDir(tmp_path), last=0)
 
 
 def test_training_with_average_last_writes_the_average_the_command_rewrites(tmp_path: Path) -> None:
@@ -187,7 +187,7 @@ def test_the_average_becomes_the_default_model_only_if_it_wins(tmp_path: Path, b
             trainer.state.best = best_so_far
             super().at_end(trainer)
 
-    train(run, 12, hooks=[Averaging(RunDir(run), last=2, every=4), Unbeaten(RunDir(run))])
+    train(run, 12, hooks=[Averaging(RunDir(run), last=2), Unbeaten(RunDir(run))], average_every=4)
     best, average = load_file(run / "best.safetensors"), load_file(run / "average.safetensors")
     same = all(torch.equal(best[k], average[k]) for k in average)
     assert same == average_wins

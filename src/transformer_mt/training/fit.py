@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from torch import nn
 
@@ -24,7 +25,7 @@ from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
-from transformer_mt.training.budget import planned_config
+from transformer_mt.training.budget import AVERAGED, Budget, BudgetTooShort
 from transformer_mt.training.hooks import make_hooks
 from transformer_mt.training.language_modeling import LanguageModelTask
 from transformer_mt.training.trainer import Trainer, seed_everything
@@ -114,11 +115,13 @@ def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) 
         return make_task(cfg, run, DistributedContext(), progress).prepared_summary()
 
 
-def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Trainer:
+def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
+        clock: Callable[[], float] = time.perf_counter) -> Trainer:
     """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints.
     Returns the Trainer (its `cfg`, `model` and `state`) after training. Sets the memory
     settings the train command sets (device.reuse_freed_memory): without them, a Multi30k
-    step called from Python took 7% longer over 150 steps."""
+    step called from Python took 7% longer over 150 steps. `clock` times the run (a test
+    may pass its own, for a budget)."""
     reuse_freed_memory()
     run = RunDir(Path(run_dir))
     cfg = resolve_run_config(cfg, run)
@@ -133,12 +136,10 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
             model = task.build_model()
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
-            if cfg.train.budget_minutes > 0:
-                cfg, hooks, schedule = planned_config(cfg, run, task, model, device, ctx)
-            else:
-                hooks, schedule = make_hooks(cfg, run), None
+            budget = Budget.of(cfg.train, cfg.model.d_model) if cfg.train.budget_minutes > 0 else None
+            hooks = make_hooks(run, AVERAGED if budget else cfg.train.average_last)
             trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress, hooks=hooks,
-                              schedule=schedule)
+                              schedule=budget, pace=budget, clock=clock)
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)
@@ -147,9 +148,16 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True) -> Train
             log.info("a step takes %d batch(es) of %s: %d process(es) x train.accumulate %d "
                      "(to keep the batch per step when the process count changes, scale accumulate inversely)",
                      ctx.world_size * t.accumulate, size, ctx.world_size, t.accumulate)
+            if budget and ctx.is_main:
+                log.info(budget.describe())
         if trainer.resume():
             log.info("resumed %s at step %d", run.root, trainer.state.step)
-        trainer.train()
+        try:
+            trainer.train()
+        except BudgetTooShort:  # refused in its first steps: a new run leaves nothing behind
+            if new_run and ctx.is_main:
+                shutil.rmtree(run.root, ignore_errors=True)
+            raise
         barrier(ctx)  # no rank tears the process group down while another still writes or reduces
         return trainer
     finally:

@@ -4,8 +4,9 @@ and after a resume.
 
 `Averaging` is the paper's checkpoint averaging (section 6.1: "averaging the last 5
 checkpoints, which were written at 10-minute intervals"), done as training goes: it keeps
-model-only snapshots (weights, no optimizer state) every `every` steps, the last `last` of
-them, and at the end averages them into average.safetensors. The `average` command
+model-only snapshots (weights, no optimizer state) where the trainer's pace says (every
+train.average_every steps, or by time in a budget), the last `last` of them, and at the end
+averages them into average.safetensors. The `average` command
 averages the same files after the fact (runs.average_checkpoints). `PreferAverage` then
 makes the average the run's default model (best.safetensors, what translate, evaluate,
 serve and export load) when it beats the best checkpoint on validation."""
@@ -16,7 +17,6 @@ import copy
 import logging
 from typing import TYPE_CHECKING
 
-from transformer_mt.config import Config
 from transformer_mt.runs import (
     RunDir, average_weight_files, drop_snapshots_after, list_snapshots, load_weights, save_snapshot, save_weights,
 )
@@ -41,20 +41,21 @@ class Hook:
 
 
 class Averaging(Hook):
-    """Snapshots of the weights every `every` steps (and at the last step), the newest
-    `last` kept in run/snapshots/; their element-wise mean becomes average.safetensors at
-    the end of training. Only rank 0 writes."""
+    """Snapshots of the weights where the trainer's pace says (and at the last step), the
+    newest `last` kept in run/snapshots/; their element-wise mean becomes average.safetensors
+    at the end of training. Only rank 0 writes."""
 
-    def __init__(self, run: RunDir, last: int, every: int) -> None:
-        if last < 1 or every < 1:
-            raise ValueError(f"need last >= 1 and every >= 1, got last={last}, every={every}")
-        self.run, self.last, self.every = run, last, every
+    def __init__(self, run: RunDir, last: int) -> None:
+        if last < 1:
+            raise ValueError(f"need last >= 1, got last={last}")
+        self.run, self.last, self.newest = run, last, -1
 
     def _snapshot(self, trainer: "Trainer") -> None:
         save_snapshot(trainer.model, self.run.snapshots, trainer.state.step, keep_last=self.last)
+        self.newest = trainer.state.step
 
     def after_step(self, trainer: "Trainer") -> None:
-        if trainer.rank == 0 and trainer.state.step % self.every == 0:
+        if trainer.rank == 0 and trainer.pace.snapshot_now(trainer.state, trainer.since):
             self._snapshot(trainer)
 
     def on_resume(self, trainer: "Trainer") -> None:
@@ -66,7 +67,7 @@ class Averaging(Hook):
     def at_end(self, trainer: "Trainer") -> None:
         if trainer.rank != 0:
             return
-        if trainer.state.step % self.every != 0:
+        if self.newest != trainer.state.step:
             self._snapshot(trainer)
         used = list_snapshots(self.run.snapshots)[-self.last:]
         average_weight_files(copy.deepcopy(trainer.model), used, self.run.average, self.run.config)
@@ -98,10 +99,9 @@ class PreferAverage(Hook):
                  metric, result[metric], best, "average" if wins else "checkpoint")
 
 
-def make_hooks(cfg: Config, run: RunDir) -> list[Hook]:
-    """The hooks `cfg` asks for: weight averaging when train.average_last > 0, the
-    average then preferred as the default model where it wins on validation."""
-    t = cfg.train
-    if t.average_last == 0:
+def make_hooks(run: RunDir, average_last: int) -> list[Hook]:
+    """Weight averaging of the last `average_last` snapshots (none: 0), the average then
+    preferred as the default model where it wins on validation."""
+    if average_last == 0:
         return []
-    return [Averaging(run, t.average_last, t.average_every or t.valid_every), PreferAverage(run)]
+    return [Averaging(run, average_last), PreferAverage(run)]

@@ -2,13 +2,13 @@
 
 A schedule answers one question, `lr_at(progress)`: the learning rate of the optimizer
 step about to be taken. The trainer sets it on the optimizer before every step, so the
-schedule keeps no state of its own: a resumed run, which knows its step and its training
-seconds, continues with exactly the rates of an uninterrupted one.
+schedule keeps no state of its own: a resumed run, which knows its step and its elapsed
+time, continues with exactly the rates of an uninterrupted one.
 
     paper      lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (eq. 3)
     constant   lrate = lr  (plain Adam, as most tutorials train)
     linear     the paper's warmup to its peak, then a straight line down to (almost) zero
-               at train.max_steps: what a budgeted run (training/budget.py) trains with
+               at train.max_steps (a budgeted run does the same in time: training/budget.py)
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from transformer_mt.paper_equations import rate
 @dataclass(frozen=True)
 class Progress:
     """How far training is when a step starts: `step` is that step's number (from 1),
-    `seconds` the training time spent before it. A schedule may use either."""
+    `elapsed` the run's wall-clock seconds before it, `warmup_elapsed` those at the end of
+    the warmup (TrainState). A schedule may use any of them."""
 
     step: int
-    seconds: float = 0.0
+    elapsed: float = 0.0
+    warmup_elapsed: float = 0.0
 
 
 class Schedule(Protocol):
@@ -65,25 +67,14 @@ class LinearDecaySchedule:
     at step total_steps + 1, so the last step still learns a little. A run that knows its
     length anneals fully instead of stopping at a high rate, as the inverse square root
     does (Li et al. 2020, "Budgeted training": linear decay to zero is the best of the
-    simple schedules when the number of steps is fixed in advance).
-
-    A budgeted run that re-plans its length after step r (training/budget.py) continues from
-    the rate of step r in a straight line down to ~0 at its new last step T:
-        lrate(step) = lrate(r) * (T + 1 - step) / (T + 1 - r)  for step > r,
-    one (r, T) pair in `replans` for each re-plan, in order; the rate never jumps."""
+    simple schedules when the number of steps is fixed in advance)."""
 
     peak: float
     warmup_steps: int
-    total_steps: int  # the first plan's last step
-    replans: tuple[tuple[int, int], ...] = ()
+    total_steps: int
 
     def lr_at(self, progress: Progress) -> float:
         step = max(progress.step, 1)
-        for index in range(len(self.replans) - 1, -1, -1):
-            after, total = self.replans[index]
-            if step > after:
-                earlier = LinearDecaySchedule(self.peak, self.warmup_steps, self.total_steps, self.replans[:index])
-                return earlier.lr_at(Progress(after)) * max(total + 1 - step, 0) / max(total + 1 - after, 1)
         if step <= self.warmup_steps:
             return self.peak * step / self.warmup_steps
         remaining = max(self.total_steps + 1 - step, 0)

@@ -12,7 +12,7 @@ import random
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 import torch
@@ -41,10 +41,46 @@ class TrainState:
     """What, besides weights and optimizer, a resumed run must continue from."""
 
     step: int = 0
-    train_seconds: float = 0.0
+    train_seconds: float = 0.0  # in optimizer steps (what train.max_seconds counts)
+    elapsed: float = 0.0  # rank 0's wall clock since the first step, validation points included
+    warmup_elapsed: float = 0.0  # `elapsed` at the end of the warmup (where a budget's decay starts)
+    validation_seconds: float = 0.0  # what the last validation point took on rank 0
     best: float | None = None  # the best value of the selection metric so far
     best_metric: str = ""  # which metric `best` is
     bad_validations: int = 0
+
+
+class Pace(Protocol):
+    """When the loop validates, keeps a snapshot for averaging, and stops. Each answer is
+    asked after a step, of the state every rank agrees on; `since` is `state.elapsed` as it
+    was before that step."""
+
+    total_steps: int | None  # known in advance, or None
+
+    def validate_now(self, state: TrainState, since: float) -> bool: ...
+
+    def snapshot_now(self, state: TrainState, since: float) -> bool: ...
+
+    def finished(self, state: TrainState, since: float) -> bool: ...
+
+
+@dataclass(frozen=True)
+class StepPace:
+    """Validation every train.valid_every steps, snapshots every train.average_every (0: at
+    the validation points), the end at train.max_steps."""
+
+    valid_every: int
+    average_every: int
+    total_steps: int
+
+    def validate_now(self, state: TrainState, since: float) -> bool:
+        return state.step % self.valid_every == 0
+
+    def snapshot_now(self, state: TrainState, since: float) -> bool:
+        return state.step % (self.average_every or self.valid_every) == 0
+
+    def finished(self, state: TrainState, since: float) -> bool:
+        return state.step >= self.total_steps
 
 
 def rng_state() -> dict:
@@ -96,8 +132,9 @@ class Trainer:
     (time cap, non-finite loss) are agreed by all ranks, so none waits alone in an
     all-reduce. Only rank 0 writes files and validates; it hands its result to the other
     ranks, so all reach the same early-stopping decisions. `hooks` are told of each
-    step, the end and a resume (training/hooks.py). `schedule` replaces the
-    one cfg.train names (a budget's plan: training/budget.py)."""
+    step, the end and a resume (training/hooks.py). `schedule` and `pace` replace the
+    learning rate and the step counts cfg.train names (a budget: training/budget.py);
+    `clock` (seconds) is rank 0's time source for TrainState.elapsed."""
 
     def __init__(
         self,
@@ -111,6 +148,8 @@ class Trainer:
         progress: bool = True,
         hooks: Iterable[Hook] = (),
         schedule: Schedule | None = None,
+        pace: Pace | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.cfg, self.run, self.task = cfg, run, task
         self.device, self.rank, self.world_size = device, rank, world_size
@@ -123,6 +162,11 @@ class Trainer:
             )
         self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
         self.schedule = schedule if schedule is not None else make_schedule(cfg.train, cfg.model.d_model)
+        t = cfg.train
+        self.pace = pace if pace is not None else StepPace(t.valid_every, t.average_every, t.max_steps)
+        self.clock, self.origin = clock, 0.0  # elapsed = clock() - origin (set when train() starts)
+        self.since = 0.0  # state.elapsed before the last step (Pace's `since`)
+        self.finished = False  # the pace's end reached
         self.criterion = with_scale(task.criterion(self.model))  # loss(logits, target, scale)
         self.batches = task.train_batches(cfg.train.seed, rank, world_size, cfg.train.accumulate)
         self.hooks = list(hooks)
@@ -168,16 +212,19 @@ class Trainer:
         grad_norm = 0.0
         if self.cfg.train.clip_norm > 0:
             grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm))
-        lr = self.schedule.lr_at(Progress(self.state.step + 1, self.state.train_seconds))
+        lr = self.schedule.lr_at(Progress(self.state.step + 1, self.state.elapsed, self.state.warmup_elapsed))
         set_lr(self.optimizer, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": total, "lr": lr, "tokens": n_tokens, "grad_norm": grad_norm}
 
-    def agree(self, loss: float, time_up: bool) -> tuple[float, bool]:
+    def agree(self, loss: float, time_up: bool, elapsed: float) -> tuple[float, bool]:
         """The step's loss over all ranks and whether any rank's clock passed
-        train.max_seconds: one all-reduce, so every rank takes the same decisions."""
-        total, late = all_reduce_sum([loss, float(time_up)], self.world_size)
+        train.max_seconds; every rank takes rank 0's clock (`elapsed` now, `since`, the cost of
+        the last validation point). One all-reduce, so every rank takes the same decisions."""
+        clock = [self.since, elapsed, self.state.validation_seconds] if self.rank == 0 else [0.0, 0.0, 0.0]
+        total, late, self.since, self.state.elapsed, self.state.validation_seconds = all_reduce_sum(
+            [loss, float(time_up), *clock], self.world_size)
         return total, late > 0
 
     # ---- validation ---------------------------------------------------------------
@@ -211,6 +258,9 @@ class Trainer:
                 save_weights(self.model, self.run.best)
         elif self.rank == 0:
             save_weights(self.model, self.run.best)
+        if self.rank == 0:  # the checkpoint records the time with this validation point's
+            now = self.clock() - self.origin
+            self.state.validation_seconds, self.state.elapsed = now - self.state.elapsed, now
         self.save()
 
     # ---- files (rank 0 only) ------------------------------------------------------
@@ -291,29 +341,34 @@ class Trainer:
     # ---- the loop -----------------------------------------------------------------
     def _should_stop(self) -> bool:
         t = self.cfg.train
-        return (
-            self.state.step >= t.max_steps
-            or self.time_up
-            or (t.patience > 0 and self.state.bad_validations >= t.patience)
-        )
+        return self.finished or self.time_up or (t.patience > 0 and self.state.bad_validations >= t.patience)
 
     def train(self) -> TrainState:
-        """Train until max_steps, max_seconds or early stopping; return the final state."""
+        """Train until the pace's end (max_steps or a budget), max_seconds or early stopping;
+        return the final state."""
         t = self.cfg.train
-        bar = tqdm(total=t.max_steps, initial=self.state.step, disable=not self.progress,
+        bar = tqdm(total=self.pace.total_steps, initial=self.state.step, disable=not self.progress,
                    desc="train", unit="step", dynamic_ncols=True)
         window_tokens, window_start = 0, time.perf_counter()
         last_interval = self.state.step
-        self.time_up = self.agree(0.0, 0 < t.max_seconds <= self.state.train_seconds)[1]
+        self.origin = self.clock() - self.state.elapsed
+        self.time_up = self.agree(0.0, 0 < t.max_seconds <= self.state.train_seconds, self.state.elapsed)[1]
+        self.since = self.state.elapsed
+        self.finished = self.state.step > 0 and self.pace.finished(self.state, self.since)
         while not self._should_stop():
             start = time.perf_counter()
+            self.since = self.state.elapsed
             stats = self.train_step()
             self.state.train_seconds += time.perf_counter() - start
             self.state.step += 1
             late = t.max_seconds > 0 and self.state.train_seconds >= t.max_seconds
-            stats["loss"], self.time_up = self.agree(stats["loss"], late)
-            if not math.isfinite(stats["loss"]) or self.state.step % t.valid_every == 0:
+            stats["loss"], self.time_up = self.agree(stats["loss"], late, self.clock() - self.origin)
+            if self.state.step == t.warmup_steps:
+                self.state.warmup_elapsed = self.state.elapsed
+            validate = self.pace.validate_now(self.state, self.since)
+            if not math.isfinite(stats["loss"]) or validate:
                 self.check_finite(stats["loss"])
+            self.finished = self.pace.finished(self.state, self.since)
             window_tokens += stats["tokens"]
             bar.update(1)
             if self.state.step % t.log_every == 0 or self.state.step == 1:
@@ -321,14 +376,11 @@ class Trainer:
                 bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}", tok_s=f"{tok_s:.0f}")
                 self.log({"event": "train", "step": self.state.step, "loss": stats["loss"],
                           "ppl": perplexity(stats["loss"]), "lr": stats["lr"], "tokens_per_s": tok_s,
-                          "train_seconds": self.state.train_seconds})
+                          "train_seconds": self.state.train_seconds, "elapsed": self.state.elapsed})
                 window_tokens, window_start = 0, time.perf_counter()
-            for hook in list(self.hooks):  # a hook may replace hooks (the budget's calibration)
+            for hook in self.hooks:
                 hook.after_step(self)
-            if t is not self.cfg.train:  # a hook fixed the plan (the budget's calibration)
-                t = self.cfg.train
-                bar.total = t.max_steps
-            if self.state.step % t.valid_every == 0:
+            if validate:
                 self._validation_point()
                 last_interval = self.state.step
                 window_start = time.perf_counter()
