@@ -27,7 +27,6 @@ before training and nothing is re-planned."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from transformer_mt.config import TrainConfig
@@ -35,8 +34,6 @@ from transformer_mt.errors import UserError
 from transformer_mt.paper_equations import rate
 from transformer_mt.training.schedule import Progress
 from transformer_mt.training.trainer import TrainState
-
-log = logging.getLogger("transformer_mt")
 
 VALIDATIONS = 10  # validation points, one each tenth of the budget
 AVERAGED = 5  # snapshots averaged at the end, spread over the last AVERAGE_SPAN of the budget
@@ -76,15 +73,18 @@ class Budget:
                 f"{AVERAGED} snapshots of the last {AVERAGE_SPAN * minutes:.2g} minutes averaged")
 
     def lr_at(self, progress: Progress) -> float:
+        """The rate of the step about to be taken (the module docstring's formula)."""
         if progress.step <= self.warmup_steps:
             return self.peak * progress.step / self.warmup_steps
         left = max(self.seconds - progress.elapsed, 0.0)
         return self.peak * left / max(self.seconds - progress.warmup_elapsed, 1e-9)
 
     def validate_now(self, state: TrainState, since: float) -> bool:
+        """After the step in which a tenth of the budget passed."""
         return crossed(since, state.elapsed, self.seconds / VALIDATIONS)
 
     def snapshot_now(self, state: TrainState, since: float) -> bool:
+        """After the step in which a fiftieth of the budget passed, in its last tenth."""
         return (state.elapsed >= (1 - AVERAGE_SPAN) * self.seconds
                 and crossed(since, state.elapsed, AVERAGE_SPAN * self.seconds / AVERAGED))
 
