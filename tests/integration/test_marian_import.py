@@ -88,8 +88,9 @@ def teach(model: MarianMTModel, tok: HFMarianTokenizer, steps: int = 300) -> Non
     model.eval()
 
 
-def write_marian(folder: Path, seed: int = 0, **config: object) -> MarianMTModel:
-    """A Marian model folder as OPUS-MT models are published, and the model (fp32, eval)."""
+def write_marian(folder: Path, seed: int = 0, teach_steps: int = 300, **config: object) -> MarianMTModel:
+    """A Marian model folder as OPUS-MT models are published, and the model (fp32, eval),
+    taught `teach_steps` steps (0: perturbed only, for a test of logits alone)."""
     folder.mkdir(parents=True)
     src, tgt = corpus(400, seed=1)
     pieces = train_spm(src, folder / "source.spm") + train_spm(tgt, folder / "target.spm")
@@ -107,7 +108,7 @@ def write_marian(folder: Path, seed: int = 0, **config: object) -> MarianMTModel
     torch.manual_seed(seed)
     model = MarianMTModel(MarianConfig(**settings))
     perturb(model, seed)
-    teach(model, hf_tokenizer(folder))
+    teach(model, hf_tokenizer(folder), teach_steps)
     model.save_pretrained(folder)
     generation = {"bad_words_ids": [[pad]], "bos_token_id": 0, "decoder_start_token_id": pad, "eos_token_id": 0,
                   "forced_eos_token_id": 0, "max_length": 512, "num_beams": 4, "pad_token_id": pad}
@@ -275,7 +276,7 @@ def test_fp16_pytorch_model_bin(tmp_path: Path, marian) -> None:
 
 def test_untied_lm_head(tmp_path: Path) -> None:
     """tie_word_embeddings false: lm_head is its own matrix (our tie_embeddings false)."""
-    model = write_marian(tmp_path / "hf", seed=4, tie_word_embeddings=False)
+    model = write_marian(tmp_path / "hf", seed=4, teach_steps=0, tie_word_embeddings=False)
     assert not torch.equal(model.lm_head.weight, model.model.shared.weight)
     import_marian(tmp_path / "hf", tmp_path / "run")
     config = RunDir(tmp_path / "run").read_config().model

@@ -96,7 +96,7 @@ def test_evaluate_gives_the_bleu_of_training_validation(tmp_path: Path, capsys, 
         pytest.skip("no native bf16 on this CPU (emulated bf16 is very slow)")
     run = tmp_path / "run"
     fit(tiny_config(train__max_steps=80, train__valid_every=80, decode__beam=2, train__precision=precision,
-                    decode__precision=precision), run, progress=False)
+                    decode__precision=precision, data__task_size=2000), run, progress=False)
     validation = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     validation = [event for event in validation if event["event"] == "valid"][-1]
     assert main(["evaluate", str(run), "--src", str(run / "data" / "valid.src"), "--ref",
