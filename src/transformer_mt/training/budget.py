@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 from transformer_mt.config import TrainConfig
 from transformer_mt.errors import UserError
-from transformer_mt.paper_equations import rate
-from transformer_mt.training.schedule import Progress
+from transformer_mt.training.schedule import Progress, warmup_peak
 from transformer_mt.training.trainer import TrainState
 
 VALIDATIONS = 10  # validation points, one each tenth of the budget
@@ -63,8 +62,7 @@ class Budget:
     @classmethod
     def of(cls, train: TrainConfig, d_model: int) -> "Budget":
         """The budget train.budget_minutes names, peaking where train.schedule: paper would."""
-        peak = rate(train.warmup_steps, d_model, train.warmup_steps, train.lr_scale)
-        return cls(train.budget_minutes * 60, train.warmup_steps, peak)
+        return cls(train.budget_minutes * 60, train.warmup_steps, warmup_peak(train, d_model))
 
     def describe(self) -> str:
         minutes = self.seconds / 60

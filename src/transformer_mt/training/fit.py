@@ -148,7 +148,7 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
             log.info("a step takes %d batch(es) of %s: %d process(es) x train.accumulate %d "
                      "(to keep the batch per step when the process count changes, scale accumulate inversely)",
                      ctx.world_size * t.accumulate, size, ctx.world_size, t.accumulate)
-            if budget and ctx.is_main:
+            if budget:
                 log.info(budget.describe())
         if trainer.resume():
             log.info("resumed %s at step %d", run.root, trainer.state.step)

@@ -81,14 +81,19 @@ class LinearDecaySchedule:
         return self.peak * remaining / max(self.total_steps + 1 - self.warmup_steps, 1)
 
 
+def warmup_peak(cfg: TrainConfig, d_model: int) -> float:
+    """The paper's rate at the end of the warmup (equation 3 at step = warmup_steps): where
+    the linear schedules, and a budget, turn from warming up to decaying."""
+    return rate(cfg.warmup_steps, d_model, cfg.warmup_steps, cfg.lr_scale)
+
+
 def make_schedule(cfg: TrainConfig, d_model: int) -> Schedule:
     """The schedule train.schedule names: `paper` (scaled by train.lr_scale), `constant`
     (train.lr), or `linear` (to the paper's peak at warmup_steps, then down to ~0 at max_steps)."""
     if cfg.schedule == "constant":
         return ConstantSchedule(cfg.lr)
     if cfg.schedule == "linear":
-        peak = rate(cfg.warmup_steps, d_model, cfg.warmup_steps, cfg.lr_scale)
-        return LinearDecaySchedule(peak, cfg.warmup_steps, cfg.max_steps)
+        return LinearDecaySchedule(warmup_peak(cfg, d_model), cfg.warmup_steps, cfg.max_steps)
     return PaperSchedule(d_model, cfg.warmup_steps, cfg.lr_scale)
 
 
