@@ -109,6 +109,8 @@ FIXES = {  # one change each from the notes' recipe
     "+xavier": ("Xavier-uniform initialisation (our default)", ("--model.init=xavier",)),
     "+normal_embedding": ("Xavier matrices, token embeddings N(0, 1/d_model) (tensor2tensor, fairseq)",
                           ("--model.init=xavier", "--model.embedding_init=normal")),
+    "+unscaled_embedding": ("PyTorch's N(0, 1) embeddings not multiplied by sqrt(d_model): at the positions' scale",
+                            ("--model.scale_embeddings=false",)),
     "+unk": ("unknown source words as <unk>, not masked", ("--decode.unknown_words=unk",)),
     "+bpe": ("one joint BPE vocabulary of 8,000", ("--data.vocab_type=bpe", "--data.joint_vocab=true",
                                                    "--data.vocab_size=8000", "--model.share_vocab=true")),
