@@ -29,9 +29,9 @@ identical batches and prompts):
 
 How: warm-up steps (or one warm-up call) first, then the timed ones; tokens / seconds of the
 timed part. Every (system, training|generation) runs in its own process (this script again,
-with hidden --only/--what flags), so the two never share allocator state or thread pools;
-both get the toolkit's memory settings (device.reuse_freed_memory, as `train` sets them) and
-torch's default thread count unless --threads N. The parent measures the host's fp32 and bf16
+with hidden --only/--what flags; --quick: one per system), so the two never share allocator
+state or thread pools; both get the toolkit's memory settings (device.reuse_freed_memory, as
+`train` sets them) and torch's default thread count unless --threads N. The parent measures the host's fp32 and bf16
 matrix-product peaks first (GFLOP/s, the best of several 2048 x 2048 products) and prints
 them, so a table can be read against what the hardware did that day.
 
@@ -50,7 +50,8 @@ an 8,000-token vocabulary: the lm_small preset's model, what this toolkit trains
 GPT-2 small itself (12 x 768, 1024 positions, a 50,257 vocabulary) takes seconds per step
 on a 2-core CPU and is dominated by its vocabulary projection; this shape keeps a run to a
 few minutes with every part (attention, feed-forward, output layer, loss, optimizer) still
-a visible share of the step. --quick: a tiny shape and a few steps (under 30 s, for the tests).
+a visible share of the step. --quick: a tiny shape and a few steps, training and generation
+in one process per system (under 20 s, for the tests).
 
 How to read it: the tables give tokens/s of each system and ours/HF (higher is better for
 ours); the goals printed in the headers (training >= 1.2x, generation >= 1x) are this
@@ -253,10 +254,11 @@ def measure_generate(system: str, shape: Shape, batches: list[int], prompt_len: 
 
 
 def child(args: argparse.Namespace, shape: Shape) -> dict:
-    if args.what == "train":
-        rows = measure_train(args.only, shape, args.dtypes.split(","), args.warmup, args.steps)
-    else:
-        rows = measure_generate(args.only, shape, args.gen_batches, args.prompt, args.new_tokens, args.repeats)
+    rows = []
+    if args.what in ("train", "both"):
+        rows += measure_train(args.only, shape, args.dtypes.split(","), args.warmup, args.steps)
+    if args.what in ("generate", "both"):
+        rows += measure_generate(args.only, shape, args.gen_batches, args.prompt, args.new_tokens, args.repeats)
     out = {"rows": rows, "threads": torch.get_num_threads()}
     if args.only == "hf":
         import transformers
@@ -339,7 +341,7 @@ def resolve(args: argparse.Namespace) -> Shape:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="See the docstring at the top of the script for what is measured.")
-    parser.add_argument("--quick", action="store_true", help="a tiny shape and a few steps (< 30 s)")
+    parser.add_argument("--quick", action="store_true", help="a tiny shape and a few steps (< 20 s)")
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     parser.add_argument("--threads", type=int, default=0, help="torch threads of each process (default: torch's)")
     parser.add_argument("--dtypes", default="auto",
@@ -353,7 +355,7 @@ def main() -> int:
     for key, value in asdict(DEFAULT).items():
         parser.add_argument(f"--{key}", type=int, default=0, help=f"model/batch shape (default {value})")
     parser.add_argument("--only", choices=SYSTEMS, help=argparse.SUPPRESS)
-    parser.add_argument("--what", choices=("train", "generate"), help=argparse.SUPPRESS)
+    parser.add_argument("--what", choices=("train", "generate", "both"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = resolve(args)
     if args.threads:
@@ -377,7 +379,7 @@ def main() -> int:
           f"block {shape.block}, batch {shape.batch}, vocabulary {shape.vocab}; each system in its own process",
           flush=True)
     results, failed = [], False
-    for what in ("train", "generate"):
+    for what in ("both",) if args.quick else ("train", "generate"):
         for system in SYSTEMS:
             result = run_child(system, what, args, shape, dtypes)
             failed |= result is None

@@ -11,7 +11,7 @@ from transformer_mt.config import load_config
 
 torch.set_num_threads(2)
 
-TINY_RUN_STEPS = 800  # training steps of the shared tiny_run: the tiny preset's
+TINY_RUN_STEPS = 400  # training steps of the shared tiny_run: the tiny preset's
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -23,7 +23,7 @@ def tiny_config(**overrides: object):
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run directory of the `tiny` preset as it is (the copy task, 800 steps, about 20 s;
+    """A run directory of the `tiny` preset as it is (the copy task, 400 steps, about 30 s;
     shared, read-only): a model that copies inputs it never saw and ends them with eos, as a
     trained model does (tests/integration/test_copy_task.py checks that it does)."""
     from transformer_mt.training import fit

@@ -1,9 +1,23 @@
-"""Run by tests/integration/test_ddp.py under torchrun: train, then save this rank's weights
-and the names of the threads left once training has returned (its process group destroyed).
+"""Run once by tests/integration/test_ddp.py under torchrun: four short trainings in one
+launch, each joining and leaving the process group, so that the suite starts torchrun and
+imports torch once for all of them. Each writes under OUT/<name>/:
 
-Rank 0 also records what a single-process reference needs to replay the run: the
-weights training starts from and the encoded training pairs the batches are cut from.
-Every rank records which files its training arrays are memory-mapped from."""
+- average: fit 6 steps, then save this rank's weights and the names of the threads left
+  once training has returned (its process group destroyed). Rank 0 also records what a
+  single-process reference needs to replay the run: the weights training starts from and
+  the encoded training pairs the batches are cut from. Every rank records which files its
+  training arrays are memory-mapped from.
+- nan: the CLI's `train` with the loss of rank 1 alone made NaN at step 3 (as a diverging
+  shard would).
+- time_cap: the CLI's `train` with train.max_seconds 1.5.
+- budget: the CLI's `train` with train.budget_minutes 0.1.
+
+The CLI runs' exit codes go to OUT/rank<r>_codes.json. fit joins the first group itself;
+the worker joins the others for it (fit then keeps a group it finds), each on its own keys of
+torchrun's store: destroy_process_group resets the group count that names them, and a rank
+that reached the next group first would read the last group's stale addresses.
+
+The ranks take the same steps, so each run's folder is written once (by rank 0)."""
 
 import json
 import os
@@ -11,34 +25,65 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
+from transformer_mt.cli import main
 from transformer_mt.config import load_config
 from transformer_mt.training import fit
 from transformer_mt.training.trainer import Trainer
 
 STEPS = 6
-run, out = sys.argv[1], sys.argv[2]
-cfg = load_config("tiny", [f"--train.max_steps={STEPS}", f"--train.valid_every={STEPS}", "--data.task_size=400",
-                           "--train.device=cpu", "--model.dropout=0.0", "--train.label_smoothing=0.1"])
-
-start_training = Trainer.train
+out = Path(sys.argv[1])
+rank = int(os.environ["RANK"])
+TINY = ["--data.task_size=400", "--train.device=cpu"]
 
 
 def record_then_train(self: Trainer):
     mapped = {"src": str(self.task.data.train_src.ids.filename), "tgt": str(self.task.data.train_tgt.ids.filename),
               "maps": [line.split()[-1] for line in open("/proc/self/maps") if ".ids" in line]}
-    with open(os.path.join(out, f"rank{self.rank}_data.json"), "w", encoding="utf-8") as handle:
-        json.dump(mapped, handle)
+    (out / f"rank{self.rank}_data.json").write_text(json.dumps(mapped), encoding="utf-8")
     if self.rank == 0:
-        torch.save(self.model.state_dict(), os.path.join(out, "initial.pt"))
-        with open(os.path.join(out, "train_data.json"), "w", encoding="utf-8") as handle:
-            json.dump({"src": self.task.data.train_src.tolist(), "tgt": self.task.data.train_tgt.tolist()}, handle)
-    return start_training(self)
+        torch.save(self.model.state_dict(), out / "initial.pt")
+        data = {"src": self.task.data.train_src.tolist(), "tgt": self.task.data.train_tgt.tolist()}
+        (out / "train_data.json").write_text(json.dumps(data), encoding="utf-8")
+    return train(self)
 
 
+def poisoned(self: Trainer) -> dict:
+    stats = train_step(self)
+    if self.rank == 1 and self.state.step + 1 == 3:
+        stats["loss"] = float("nan")
+    return stats
+
+
+train, train_step = Trainer.train, Trainer.train_step
 Trainer.train = record_then_train
-trainer = fit(cfg, run, progress=False)
-torch.save(trainer.model.state_dict(), os.path.join(out, f"rank{os.environ['RANK']}.pt"))
+trainer = fit(load_config("tiny", [f"--train.max_steps={STEPS}", f"--train.valid_every={STEPS}", *TINY,
+                                   "--model.dropout=0.0", "--train.label_smoothing=0.1", "--train.schedule=paper"]),
+              out / "average", progress=False)
+Trainer.train = train
+torch.save(trainer.model.state_dict(), out / f"rank{rank}.pt")
 threads = [Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task")]
-with open(os.path.join(out, f"rank{os.environ['RANK']}_threads.json"), "w", encoding="utf-8") as handle:
-    json.dump(threads, handle)
+(out / f"rank{rank}_threads.json").write_text(json.dumps(threads), encoding="utf-8")
+
+
+
+def join(name: str) -> None:
+    """Join a new default process group on the store keys under `name`."""
+    store, rank, world_size = next(dist.rendezvous("env://"))
+    dist.init_process_group("gloo", store=dist.PrefixStore(name, store), rank=rank, world_size=world_size)
+
+
+codes = {}
+Trainer.train_step = poisoned
+join("nan")
+codes["nan"] = main(["train", "tiny", "--run", str(out / "nan"), "--no-progress", "--train.max_steps=20",
+                     "--train.valid_every=2", *TINY])
+Trainer.train_step = train_step
+join("time_cap")
+codes["time_cap"] = main(["train", "tiny", "--run", str(out / "time_cap"), "--no-progress", "--train.max_seconds=1.5",
+                          "--train.max_steps=100000", "--train.valid_every=100000", *TINY])
+join("budget")
+codes["budget"] = main(["train", "tiny", "--run", str(out / "budget"), "--no-progress", "--train.budget_minutes=0.1",
+                        "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1"])
+(out / f"rank{rank}_codes.json").write_text(json.dumps(codes), encoding="utf-8")

@@ -5,6 +5,8 @@ rows do not copy (the notes pad every sentence to 500) changes no number."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -137,3 +139,47 @@ def test_a_quick_row_runs_per_seed_and_is_kept(tmp_path: Path, monkeypatch: pyte
     mean = sum(r["test_bleu"] for r in records) / 2
     assert "| 2 | 4 |" in row and f"{mean:.1f} ± " in row
     assert (tmp_path / "chart.png").stat().st_size > 1000
+
+
+PAGES = [Path(__file__).resolve().parents[2] / "docs" / name for name in ("ablations.md", "ablations.zh.md")]
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
+
+
+def backed_numbers(chosen: list, found: dict[str, list[dict]]) -> set[str]:
+    """Every decimal the results file backs, as the pages write it: each row's per-seed
+    values, means and spreads (BLEU, chrF, minutes to one place, losses to two), its
+    difference from its base and from `notes`, its epochs and its hosts' matmul peaks; the
+    numbers of each row's stated change (its settings); and the scales the pages explain,
+    computed here: the RMS of N(0, 1) embeddings times sqrt(d_model) at 128 and 512 and the
+    RMS of the sinusoidal encoding (1 / sqrt 2)."""
+    backed = {f"{math.sqrt(128):.1f}", f"{math.sqrt(512):.1f}", f"{math.sqrt(0.5):.2f}"}
+    for row in chosen:
+        records = found[row.name]
+        backed |= set(DECIMAL.findall(" ".join([row.what, *row.overrides])))
+        for key, digits in (("test_bleu", 1), ("valid_bleu", 1), ("test_chrf", 1), ("train_minutes", 1),
+                            ("train_loss", 2), ("epochs", 1)):
+            values = [r[key] for r in records]
+            backed |= {f"{v:.{digits}f}" for v in values}
+            if len(values) > 1:
+                mean, sd = ablations.mean_sd(values)
+                backed |= {f"{mean:.{digits}f}", f"{sd:.{digits}f}"}
+        for base in {row.base, "notes"} - {""}:
+            diff = ablations.difference(row.name, found, base)
+            backed |= {f"{abs(diff[0]):.1f}"} if diff else set()
+        backed |= {f"{v:.0f}" for r in records for v in (r.get("peaks_gflops") or {}).values()}
+    return backed
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_ablations_pages_show_the_results_files_table_and_no_other_number(page: Path) -> None:
+    """The page holds `--markdown`'s table of the committed results, and every decimal in its
+    prose is a number those results back (a claim without its run fails here)."""
+    every = ablations.rows()
+    chosen = ablations.choose("study", every, None)
+    args = ablations.argparse.Namespace(data=ablations.DATA, seeds=[1, 2, 3], steps=None, quick=False)
+    found = ablations.current(ablations.read_records(ablations.RESULTS), chosen, args)
+    text = page.read_text(encoding="utf-8")
+    assert ablations.markdown_table(chosen, found) in text
+    backed = backed_numbers(chosen, found)
+    prose = text.replace(ablations.markdown_table(chosen, found), "")
+    assert sorted(set(DECIMAL.findall(prose)) - backed) == []

@@ -117,5 +117,5 @@ def test_the_cli_refuses_a_tiny_budget_in_one_line_and_leaves_nothing(tmp_path: 
                  "--train.budget_minutes=0.001"])
     err = capsys.readouterr().err.strip()
     assert code == 2
-    assert len(err.splitlines()) == 1 and "train.budget_minutes=0.001: the warmup's 100 steps take about" in err, err
+    assert len(err.splitlines()) == 1 and "train.budget_minutes=0.001: the warmup's 50 steps take about" in err, err
     assert not run.exists()  # nothing half-made

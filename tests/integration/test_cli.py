@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from transformer_mt.cli import build_parser, main
+from transformer_mt.cli import main
 
 
 def cli(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -54,27 +52,6 @@ def test_translate_reads_stdin(tiny_run: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3 and lines[1] == ""
-
-
-def test_demo_end_to_end(tmp_path: Path) -> None:
-    """The demo's contract (examples, JSON last line, a usable run) on a few training steps."""
-    out = tmp_path / "demo"
-    result = cli("demo", "--out", str(out), "--train.max_steps=30", "--data.task_size=500",
-                 "--train.valid_every=30")
-    assert result.returncode == 0, result.stderr
-    last = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(last) == {"exact_match", "bleu", "train_seconds", "run_dir"}
-    assert 0.0 <= last["exact_match"] <= 1.0 and last["run_dir"] == str(out)
-    assert result.stdout.count("    ref ") == 5
-    translated = cli("translate", str(out), stdin="seven\n")
-    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
-    lines = result.stdout.strip().splitlines()
-    commands = [shlex.split(line, comments=True) for line in lines[lines.index("next:") + 1:-1]]
-    assert [words[1:] for words in commands] == [["translate", str(out)], ["serve", str(out)]]
-    assert all(words[0] == "transformer-mt" for words in commands)  # started with python -m
-    for words in commands:  # both are commands the CLI takes, on this run
-        parsed = build_parser().parse_args(words[1:])
-        assert Path(parsed.run) == out
 
 
 def test_only_batch_commands_set_the_training_allocator(tiny_run: Path, tmp_path: Path, monkeypatch) -> None:

@@ -75,7 +75,7 @@ def make_run(run: Path, norm_first: bool, tie: bool, share: bool, positional: st
                     model__share_vocab=flag[share], model__positional=positional, model__decoder_layers=decoder_layers,
                     model__max_positions=MAX_POSITIONS,
                     data__max_len=MAX_POSITIONS - 4, data__task_size=1000, train__max_steps=TRAIN_STEPS,
-                    train__valid_every=TRAIN_STEPS, train__warmup_steps=50, train__lr_scale=0.5,
+                    train__valid_every=TRAIN_STEPS, train__warmup_steps=50, train__lr_scale=0.5, train__schedule="paper",
                     decode__max_len_b=200),  # every output limit is then the table's: max_positions - 1
         run, progress=False)
     _, _, model = load_run_model(RunDir(run))

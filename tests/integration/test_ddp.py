@@ -80,34 +80,48 @@ def reference_run(cfg: Config, initial: dict, src: list, tgt: list, ranks: list[
     return model.state_dict()
 
 
-def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One torchrun launch of ddp_worker.py (two CPU processes, one thread each): its four
+    trainings' folders under the returned path, and the launch's result."""
+    out = tmp_path_factory.mktemp("ddp")
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-         str(WORKER), str(tmp_path / "run"), str(tmp_path)],
+         str(WORKER), str(out)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    rank0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
-    rank1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    return out, result
+
+
+def exit_codes(out: Path) -> list[dict[str, int]]:
+    """Each rank's exit codes of the worker's CLI runs, by name."""
+    return [json.loads((out / f"rank{r}_codes.json").read_text()) for r in range(WORLD_SIZE)]
+
+
+def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(launch) -> None:
+    out = launch[0]
+    rank0 = torch.load(out / "rank0.pt", weights_only=True)
+    rank1 = torch.load(out / "rank1.pt", weights_only=True)
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    saved = torch.load(tmp_path / "run" / "checkpoints" / f"step_{STEPS}.pt", weights_only=True)["model"]
+    saved = torch.load(out / "average" / "checkpoints" / f"step_{STEPS}.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], rank0[k]) for k in rank0)
     # fit destroyed the process group, and with it gloo's threads (none is left for interpreter shutdown)
     for r in range(WORLD_SIZE):
-        threads = json.loads((tmp_path / f"rank{r}_threads.json").read_text())
+        threads = json.loads((out / f"rank{r}_threads.json").read_text())
         assert threads and not [name for name in threads if "gloo" in name], threads
     # both ranks map the one copy of the data rank 0 prepared (shared through the page cache)
-    mapped = [json.loads((tmp_path / f"rank{r}_data.json").read_text()) for r in range(WORLD_SIZE)]
-    prepared = (tmp_path / "run" / "prepared").resolve()
+    mapped = [json.loads((out / f"rank{r}_data.json").read_text()) for r in range(WORLD_SIZE)]
+    prepared = (out / "average" / "prepared").resolve()
     for rank in mapped:
         assert rank["src"] == str(prepared / "train.src.ids") and rank["tgt"] == str(prepared / "train.tgt.ids")
         assert str(prepared / "train.src.ids") in rank["maps"]
 
-    cfg = load_config(tmp_path / "run" / "config.yaml")
+    cfg = load_config(out / "average" / "config.yaml")
     assert cfg.model.dropout == 0.0 and cfg.train.accumulate == 1 and cfg.train.clip_norm == 0
-    assert cfg.train.precision == "fp32"
-    initial = torch.load(tmp_path / "initial.pt", weights_only=True)
-    data = json.loads((tmp_path / "train_data.json").read_text(encoding="utf-8"))
+    assert cfg.train.precision == "fp32" and cfg.train.schedule == "paper"  # reference_run's rate
+    initial = torch.load(out / "initial.pt", weights_only=True)
+    data = json.loads((out / "train_data.json").read_text(encoding="utf-8"))
     # the ranks share out the data: within an epoch, no example is in both ranks' batches
     # (these 6 steps span several epochs of the 400 pairs)
     streams = [BatchStream(data["src"], data["tgt"], cfg.data.max_tokens, cfg.train.seed, r, WORLD_SIZE)
@@ -140,30 +154,24 @@ def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(tmp_p
     assert max_difference(initial, expected) > 1e-4
 
 
-def test_a_time_cap_stops_every_rank_together(tmp_path: Path) -> None:
+def test_a_time_cap_stops_every_rank_together(launch) -> None:
     """With train.max_seconds each rank's clock differs; the ranks agree on the step to
     stop at, exit 0, and leave a loadable checkpoint (a hang fails on the timeout)."""
-    run = tmp_path / "run"
-    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.max_seconds=1.5",
-                      "--train.max_steps=100000", "--train.valid_every=100000", "--data.task_size=400",
-                      "--train.device=cpu", timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run = launch[0] / "time_cap"
+    assert [codes["time_cap"] for codes in exit_codes(launch[0])] == [0] * WORLD_SIZE
     (last,) = list((run / "checkpoints").glob("step_*.pt"))
     state = torch.load(last, weights_only=True)
     # the step at which the first rank's clock passed 1.5 s (rank 0, which saved, may be just below)
     assert 0 < state["trainer"]["step"] < 100000 and state["trainer"]["train_seconds"] > 1
 
 
-def test_a_budgeted_two_process_run_stops_both_ranks_together_within_its_budget(tmp_path: Path) -> None:
+def test_a_budgeted_two_process_run_stops_both_ranks_together_within_its_budget(launch) -> None:
     """train.budget_minutes under torchrun: the ranks pace on rank 0's clock (taken with each
     step's all-reduce), so both validate and stop at the same steps (a hang fails on the
     timeout), every step annealed, inside the budget."""
-    run = tmp_path / "run"
+    run = launch[0] / "budget"
     budget = 0.1 * 60
-    result = torchrun("train", "tiny", "--run", str(run), "--no-progress", "--train.budget_minutes=0.1",
-                      "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1",
-                      timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert [codes["budget"] for codes in exit_codes(launch[0])] == [0] * WORLD_SIZE
     last = sorted((run / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem.removeprefix("step_")))[-1]
     state = torch.load(last, weights_only=True)
     # the stop rule counts the next step and the closing validations as long as the last ones: on a
@@ -176,21 +184,18 @@ def test_a_budgeted_two_process_run_stops_both_ranks_together_within_its_budget(
     assert any(e["event"] == "valid" for e in events) and (run / "average.safetensors").is_file()
 
 
-def test_a_nan_on_one_rank_stops_both_with_one_message(tmp_path: Path) -> None:
+def test_a_nan_on_one_rank_stops_both_with_one_message(launch) -> None:
     """The loss is summed over the ranks, so a NaN on rank 1 alone stops both ranks at
     the same step, each with the one-line message; nothing non-finite is saved."""
-    run = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                             str(WORLD_SIZE), str(WORKER.with_name("ddp_nan_worker.py")), str(run)],
-                            capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode != 0
+    run, result = launch[0] / "nan", launch[1]
+    assert all(codes["nan"] != 0 for codes in exit_codes(launch[0]))
     assert result.stderr.count("error: the loss became nan at step 3; nothing of that step was saved") == WORLD_SIZE
     assert [p.name for p in sorted((run / "checkpoints").glob("step_*.pt"))] == ["step_2.pt"]
     state = torch.load(run / "checkpoints" / "step_2.pt", weights_only=True)
     assert all(t.isfinite().all() for t in state["model"].values())
 
 
-SCENARIO = ["--no-progress", "--train.max_steps=40", "--train.valid_every=10", "--train.keep_last=10",
+SCENARIO = ["--no-progress", "--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=10",
             "--model.dropout=0.1", "--data.task_size=400", "--train.device=cpu", "--train.precision=fp32"]
 
 
@@ -236,7 +241,7 @@ def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_run
         os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
         subprocess.run(["pkill", "-9", "-f", str(run)])
     assert "a step takes 2 batch(es)" in log.read_text()
-    assert not (run / "checkpoints" / "step_40.pt").exists()
+    assert not (run / "checkpoints" / "step_20.pt").exists()
     resumed = torchrun("train", "--run", str(run), "--no-progress")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed" in resumed.stderr
@@ -255,10 +260,10 @@ def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_run
         for n in nodes:
             n.kill() if n.poll() is None else None
     assert all(n.returncode == 0 for n in nodes), [output[-3000:] for output in outputs]
-    uninterrupted = torch.load(tmp_path / "nodes" / "checkpoints" / "step_40.pt", weights_only=True)
+    uninterrupted = torch.load(tmp_path / "nodes" / "checkpoints" / "step_20.pt", weights_only=True)
     rng = uninterrupted["rng"]
     assert len(rng) == WORLD_SIZE and not torch.equal(rng[0]["torch"], rng[1]["torch"])
-    resumed_weights = torch.load(run / "checkpoints" / "step_40.pt", weights_only=True)["model"]
+    resumed_weights = torch.load(run / "checkpoints" / "step_20.pt", weights_only=True)["model"]
     assert all(torch.equal(uninterrupted["model"][k], v) for k, v in resumed_weights.items())
 
 

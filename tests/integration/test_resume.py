@@ -18,7 +18,7 @@ from transformer_mt.config import load_config
 from transformer_mt.runs import list_checkpoints, load_checkpoint
 from transformer_mt.training import fit
 
-STEPS, EVERY = 40, 10
+STEPS, EVERY = 20, 10  # killed once step 10 is saved, before step 20
 ARGS = ["--train.max_steps=%d" % STEPS, "--train.valid_every=%d" % EVERY, "--model.dropout=0.1",
         "--data.task_size=500", "--train.keep_last=20"]
 
@@ -44,7 +44,7 @@ def test_killed_run_resumes_bit_identically(tmp_path: Path) -> None:
 
     process = train(killed)
     deadline = time.time() + 300
-    while not (killed / "checkpoints" / f"step_{2 * EVERY}.pt").exists():
+    while not (killed / "checkpoints" / f"step_{EVERY}.pt").exists():
         assert process.poll() is None and time.time() < deadline, process.stderr.read()
         time.sleep(0.005)
     process.send_signal(signal.SIGKILL)

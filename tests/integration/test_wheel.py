@@ -1,10 +1,12 @@
 """Installing as users install: the built wheel (not the editable repository) in a fresh
-virtual environment trains a preset from an unrelated folder."""
+virtual environment runs the demo from an unrelated folder, and the demo keeps its contract
+(examples, a JSON last line, next commands that work on its run)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import site
 import subprocess
 import sys
@@ -54,9 +56,17 @@ def test_the_wheel_ships_the_presets_and_trains_from_any_folder(wheel_env: tuple
                 cwd=tmp_path, env=env).stdout.splitlines()
     assert str(env_dir) in where[0] and str(REPO / "src") not in where[0]
     assert {"tiny", "small", "base", "big", "demo"} <= set(eval(where[1]))
-    run(command, "train", "tiny", "--run", "R", "--train.max_steps=4", "--train.valid_every=4",
-        "--data.task_size=100", "--no-progress", cwd=tmp_path, env=env)
-    assert (tmp_path / "R" / "config.yaml").is_file() and (tmp_path / "R" / "best.safetensors").is_file()
     demo = run(command, "demo", "--out", "D", "--train.max_steps=4", "--train.valid_every=4",
                "--data.task_size=200", cwd=tmp_path, env=env)
-    assert json.loads(demo.stdout.strip().splitlines()[-1])["run_dir"] == "D"
+    lines = demo.stdout.strip().splitlines()
+    last = json.loads(lines[-1])
+    assert set(last) == {"exact_match", "bleu", "train_seconds", "run_dir"}
+    assert 0.0 <= last["exact_match"] <= 1.0 and last["run_dir"] == "D"
+    assert demo.stdout.count("    ref ") == 5
+    assert (tmp_path / "D" / "config.yaml").is_file() and (tmp_path / "D" / "best.safetensors").is_file()
+    commands = [shlex.split(line, comments=True) for line in lines[lines.index("next:") + 1:-1]]
+    assert [(Path(words[0]).name, *words[1:]) for words in commands] == [
+        ("transformer-mt", "translate", "D"), ("transformer-mt", "serve", "D")]
+    translated = subprocess.run([command, *commands[0][1:]], input="seven\n", cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=300)
+    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1, translated.stderr

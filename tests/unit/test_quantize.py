@@ -26,6 +26,10 @@ VOCAB = 300
 # Measured relative error ||int8 - fp32|| / ||fp32|| of the logits below: 0.015 with
 # 8-bit activations (AVX-512 VNNI), 0.027 with torch's 7-bit `reduce_range` elsewhere.
 LOGITS_RELATIVE_ERROR = 0.05
+# 7-bit activations double that error, and what follows from it: the tolerances on the tiny run
+# below are twice as wide there (measured on an AMD EPYC with AVX2 only: n-best scores 0.144
+# apart, cross-attention weights 0.063, against 0.053 and under 0.05 with VNNI)
+SLACK = 2 if quantize.REDUCE_RANGE else 1
 
 
 def perturbed_model(seed: int = 0) -> nn.Module:
@@ -60,6 +64,8 @@ def test_split_cross_attention_projections_are_exact() -> None:
 
 @pytest.mark.parametrize("reduce_range", [False, True])
 def test_int8_logits_are_close_to_float32(reduce_range: bool, monkeypatch) -> None:
+    if not reduce_range and quantize.REDUCE_RANGE:
+        pytest.skip("8-bit activations need AVX-512 VNNI: this CPU's 16-bit pair sums overflow (REDUCE_RANGE)")
     monkeypatch.setattr(quantize, "REDUCE_RANGE", reduce_range)  # both the VNNI and the other CPUs' path
     model = perturbed_model()
     expected = logits(model)
@@ -92,9 +98,10 @@ def test_int8_translations_equal_float32(translators: tuple[Translator, Translat
     # then still agree place by place, so the swap was a near-tie and nothing more.
     # int8 moves logits by up to LOGITS_RELATIVE_ERROR of their size, so a weak hypothesis'
     # larger log-probability moves more: within 0.1 (0.053 measured on an AMD EPYC, below 0.05 on
-    # an Intel Xeon) or that share of the score, whichever is larger
+    # an Intel Xeon; times SLACK) or that share of the score, whichever is larger
     for row, row_expected in zip(found, expected):
-        assert [s for _, s in row] == pytest.approx([s for _, s in row_expected], abs=0.1, rel=LOGITS_RELATIVE_ERROR)
+        assert [s for _, s in row] == pytest.approx([s for _, s in row_expected], abs=0.1 * SLACK,
+                                                    rel=LOGITS_RELATIVE_ERROR)
 
 
 def test_int8_attention_steps_and_explain(translators: tuple[Translator, Translator]) -> None:
@@ -104,7 +111,7 @@ def test_int8_attention_steps_and_explain(translators: tuple[Translator, Transla
     assert found.translation == expected.translation
     for kind in ("encoder", "decoder", "cross"):
         assert found.weights(kind).shape == expected.weights(kind).shape
-        assert torch.allclose(found.weights(kind), expected.weights(kind), atol=0.05)
+        assert torch.allclose(found.weights(kind), expected.weights(kind), atol=0.05 * SLACK)
     assert int8.steps(sentence).ids == fp32.steps(sentence).ids
     explained = int8.explain(sentence, int8.search([sentence])[0][0], "cross", 1, 0, 0)
     assert sum(explained["weights"]) == pytest.approx(1.0, abs=1e-5)
