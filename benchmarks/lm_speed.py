@@ -31,9 +31,9 @@ How: warm-up steps (or one warm-up call) first, then the timed ones; tokens / se
 timed part. Every (system, training|generation) runs in its own process (this script again,
 with hidden --only/--what flags; --quick: one per system), so the two never share allocator
 state or thread pools; both get the toolkit's memory settings (device.reuse_freed_memory, as
-`train` sets them) and torch's default thread count unless --threads N. The parent measures the host's fp32 and bf16
-matrix-product peaks first (GFLOP/s, the best of several 2048 x 2048 products) and prints
-them, so a table can be read against what the hardware did that day.
+`train` sets them) and torch's default thread count unless --threads N. The parent measures
+the host's fp32 and bf16 matrix-product peaks first (GFLOP/s, the best of several 2048 x 2048
+products) and prints them, so a table can be read against what the hardware did that day.
 
 The Hugging Face side is set up as fast as it goes for the same function: attention
 implementation "sdpa" chosen explicitly (transformers 5.x picks it by default on CPU too;

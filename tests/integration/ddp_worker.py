@@ -67,7 +67,6 @@ threads = [Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in 
 (out / f"rank{rank}_threads.json").write_text(json.dumps(threads), encoding="utf-8")
 
 
-
 def join(name: str) -> None:
     """Join a new default process group on the store keys under `name`."""
     store, rank, world_size = next(dist.rendezvous("env://"))
