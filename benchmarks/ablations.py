@@ -43,13 +43,16 @@ peaks. benchmarks/results/ablations.jsonl holds an earlier 2,000-step table of p
 rows in its own format; this script neither reads nor writes it.
 
     python benchmarks/ablations.py                          # every study row, seeds 1,2,3
-    python benchmarks/ablations.py --rows notes,notes_10k --seeds 1
+    python benchmarks/ablations.py --rows notes --seeds 1
+    python benchmarks/ablations.py --rows notes_10k --seeds 1 --checkpoint-every 1872   # over an hour: resumable
     python benchmarks/ablations.py --markdown --chart docs/ablations.png   # the table, from the results only
     python benchmarks/ablations.py --quick                  # a smoke run: 200 steps, 2,000 pairs
 
 A (row, seed) whose record is in --results with the same recipe (the config's fingerprint)
 is not trained again: the table can be filled in several sittings, or by processes with
-disjoint --rows. --markdown and --chart train nothing: they read the results file.
+disjoint --rows. A run stopped part-way (a closed session) continues from its folder's last
+checkpoint on the next call: give long rows --checkpoint-every (notes_10k: 1872, a fifth of
+its steps). --markdown and --chart train nothing: they read the results file.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _timing import matmul_peaks  # noqa: E402
-from transformer_mt.config import Config, config_from_dict, config_yaml, load_config, parse_override  # noqa: E402
+from transformer_mt.config import Config, config_from_dict, config_yaml, load_config, parse_override, replace  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
 from transformer_mt.runs import read_events  # noqa: E402
@@ -245,6 +248,8 @@ def train_and_score(row: Row, seed: int, args: argparse.Namespace) -> dict:
     """Train one seed of `row` and score its `row.checkpoint` weights on test_2016: its record."""
     cfg = row_config(row, args.data, seed, args.steps, args.quick)
     fingerprint = recipe(cfg)
+    if args.checkpoint_every:  # after the fingerprint: validations and checkpoints change no weight
+        cfg = replace(cfg, train=replace(cfg.train, valid_every=args.checkpoint_every))
     run = args.out / f"{row.name}_seed{seed}_{fingerprint}"
     start = time.perf_counter()
     trainer = fit(cfg, run, progress=False)
@@ -390,6 +395,9 @@ def parse_args() -> tuple[argparse.Namespace, list[Row]]:
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated seeds, a run each (default 1,2,3)")
     parser.add_argument("--steps", type=int, help="train every row this many steps (default: the row's own, "
                         "30 epochs of the notes' pairs)")
+    parser.add_argument("--checkpoint-every", type=int, default=0, help="validate and checkpoint every N steps "
+                        "(default: once, at the end), so that a run stopped part-way resumes from its folder on the "
+                        "next call; not part of the row's recipe")
     parser.add_argument("--quick", action="store_true", help="at most 200 steps, 2,000 pairs, outputs of at most 10")
     parser.add_argument("--show", action="store_true", help="print each row's resolved config and train nothing")
     parser.add_argument("--markdown", action="store_true", help="print the table of the results file; train nothing")
@@ -404,6 +412,8 @@ def parse_args() -> tuple[argparse.Namespace, list[Row]]:
         parser.error("--seeds: give at least one seed")
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps: must be at least 1, got {args.steps}")
+    if args.checkpoint_every < 0:
+        parser.error(f"--checkpoint-every: must be >= 0, got {args.checkpoint_every}")
     if args.quick:
         args.steps = min(args.steps or 200, 200)
     args.results = args.results or (args.out / "quick.jsonl" if args.quick else RESULTS)

@@ -141,6 +141,33 @@ def test_a_quick_row_runs_per_seed_and_is_kept(tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "chart.png").stat().st_size > 1000
 
 
+def test_checkpoint_every_changes_no_number_and_a_stopped_run_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys) -> None:
+    """--checkpoint-every validates part-way and leaves the record as it was (same recipe,
+    same loss and scores); a run stopped after its training (before its record) is not
+    trained again on the next call."""
+    write_multi30k(tmp_path / "data")
+    common = ["ablations.py", "--data", str(tmp_path / "data"), "--rows", "notes", "--seeds", "1", "--steps", "4",
+              "--quick", "--json"]
+
+    def records(out: str, *extra: str) -> list[dict]:
+        monkeypatch.setattr(sys, "argv", common + ["--out", str(tmp_path / out), *extra])
+        assert ablations.main() == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    once = records("once")
+    with monkeypatch.context() as patch:
+        patch.setattr(ablations, "score", lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            records("often", "--checkpoint-every", "2")
+    often = records("often", "--checkpoint-every", "2")
+    same = ("recipe", "train_loss", "valid_loss", "valid_bleu", "test_bleu", "test_chrf")
+    assert [{k: r[k] for k in same} for r in often] == [{k: r[k] for k in same} for r in once]
+    events = [json.loads(line) for line in next((tmp_path / "often").glob("notes_seed1_*/metrics.jsonl")).open()]
+    assert [e["step"] for e in events if e["event"] == "valid"] == [2, 4]
+    assert [e["step"] for e in events if e["event"] == "train"] == [1, 2, 3, 4]  # trained once
+
+
 PAGES = [Path(__file__).resolve().parents[2] / "docs" / name for name in ("ablations.md", "ablations.zh.md")]
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
 
