@@ -12,10 +12,9 @@ imports torch once for all of them. Each writes under OUT/<name>/:
 - time_cap: the CLI's `train` with train.max_seconds 1.5.
 - budget: the CLI's `train` with train.budget_minutes 0.1.
 
-The CLI runs' exit codes go to OUT/rank<r>_codes.json. fit joins the first group itself;
-the worker joins the others for it (fit then keeps a group it finds), each on its own keys of
-torchrun's store: destroy_process_group resets the group count that names them, and a rank
-that reached the next group first would read the last group's stale addresses.
+The CLI runs' exit codes go to OUT/rank<r>_codes.json. Each training joins a process group
+and destroys it at its end, so four groups one after another in one process are part of what
+this launch checks (training/distributed.join_group).
 
 The ranks take the same steps, so each run's folder is written once (by rank 0)."""
 
@@ -25,7 +24,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from transformer_mt.cli import main
 from transformer_mt.config import load_config
@@ -67,22 +65,13 @@ threads = [Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in 
 (out / f"rank{rank}_threads.json").write_text(json.dumps(threads), encoding="utf-8")
 
 
-def join(name: str) -> None:
-    """Join a new default process group on the store keys under `name`."""
-    store, rank, world_size = next(dist.rendezvous("env://"))
-    dist.init_process_group("gloo", store=dist.PrefixStore(name, store), rank=rank, world_size=world_size)
-
-
 codes = {}
 Trainer.train_step = poisoned
-join("nan")
 codes["nan"] = main(["train", "tiny", "--run", str(out / "nan"), "--no-progress", "--train.max_steps=20",
                      "--train.valid_every=2", *TINY])
 Trainer.train_step = train_step
-join("time_cap")
 codes["time_cap"] = main(["train", "tiny", "--run", str(out / "time_cap"), "--no-progress", "--train.max_seconds=1.5",
                           "--train.max_steps=100000", "--train.valid_every=100000", *TINY])
-join("budget")
 codes["budget"] = main(["train", "tiny", "--run", str(out / "budget"), "--no-progress", "--train.budget_minutes=0.1",
                         "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1"])
 (out / f"rank{rank}_codes.json").write_text(json.dumps(codes), encoding="utf-8")

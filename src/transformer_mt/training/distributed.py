@@ -6,6 +6,7 @@ torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; we read them, join the process gr
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import signal
 import sys
@@ -44,9 +45,24 @@ def setup_distributed(device_name: str = "auto") -> tuple[DistributedContext, to
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         import_before_the_group()
-        # ranks other than 0 wait while rank 0 validates: allow an hour, not NCCL's 10 minutes
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(hours=1))
+        join_group("nccl" if device.type == "cuda" else "gloo")
     return DistributedContext(rank, local_rank, world_size), device
+
+
+GROUPS_JOINED = itertools.count()  # process groups this process has joined: every rank counts alike
+
+
+def join_group(backend: str) -> None:
+    """init_process_group on keys of torchrun's store that no earlier group of this process
+    used. torch names a group's keys by a count that destroy_process_group resets, so a second
+    fit in one process (say, training then fine-tuning in one script) would find the first
+    group's keys in the store: a rank arriving first reads the old addresses and gloo refuses
+    the connection. Ranks other than 0 wait while rank 0 validates: an hour, not NCCL's 10 minutes."""
+    timeout = timedelta(hours=1)
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    keys = dist.PrefixStore(f"transformer_mt_group{next(GROUPS_JOINED)}", store)
+    dist.init_process_group(backend, store=keys, rank=rank, world_size=world_size, timeout=timeout)
 
 
 def import_before_the_group() -> None:
