@@ -335,7 +335,7 @@ def markdown_table(chosen: list[Row], found: dict[str, list[dict]]) -> str:
         diff = difference(row.name, found, row.base) if row.base else None
         if diff is not None and (diff[1] is None or abs(diff[0]) < 2 * diff[1]):
             unsure.append(row.name)
-        change = f"{diff[0]:+.1f} from `{row.base}`" if diff is not None else ""
+        change = f"{round(diff[0], 1) + 0.0:+.1f} from `{row.base}`" if diff is not None else ""  # no "-0.0"
         lines.append(f"| `{row.name}` | {row.what} | {len(rs)} | {rs[0]['steps']:,} | {rs[0]['epochs']:.1f} "
                      f"| {rs[0]['parameters']:,} | {cell([r['train_loss'] for r in rs], 2)} "
                      f"| {cell([r['valid_bleu'] for r in rs])} | {cell([r['test_bleu'] for r in rs])} "

@@ -141,6 +141,23 @@ def test_a_quick_row_runs_per_seed_and_is_kept(tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "chart.png").stat().st_size > 1000
 
 
+def test_the_table_gives_each_rows_difference_and_flags_those_within_twice_the_spread() -> None:
+    """A difference rounds to one place without a sign-only "-0.0", and a row within twice the
+    larger seed spread of its base is named on the table's last line."""
+    every = ablations.rows()
+    chosen = [every["notes"], every["+warmup"], every["+xavier"]]
+
+    def runs(*bleus: float) -> list[dict]:
+        return [{"steps": 4680, "epochs": 30.0, "parameters": 10, "train_loss": 0.5, "valid_bleu": b,
+                 "test_bleu": b, "test_chrf": 30.0} for b in bleus]
+
+    table = ablations.markdown_table(chosen, {"notes": runs(12.0, 13.0, 14.0), "+warmup": runs(12.96),
+                                              "+xavier": runs(22.0)})
+    assert "| +0.0 from `notes` |" in next(line for line in table.splitlines() if "`+warmup`" in line)
+    assert "| +9.0 from `notes` |" in next(line for line in table.splitlines() if "`+xavier`" in line)
+    assert table.splitlines()[-1].endswith(": `+warmup`")  # |-0.04| < 2 x 1.0; 9.0 is not
+
+
 def test_checkpoint_every_changes_no_number_and_a_stopped_run_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                          capsys) -> None:
     """--checkpoint-every validates part-way and leaves the record as it was (same recipe,
