@@ -294,8 +294,12 @@ def record_of(records: list[dict], row: Row, seed: int, args: argparse.Namespace
 
 
 def current(records: list[dict], chosen: list[Row], args: argparse.Namespace) -> dict[str, list[dict]]:
-    """Each chosen row's records of today's recipe, one per seed of args.seeds, by row name."""
-    return {row.name: [r for seed in args.seeds if (r := record_of(records, row, seed, args))] for row in chosen}
+    """Each chosen row's records of today's recipe, one per seed of args.seeds, by row name, and
+    those of the rows they are measured from, so that `--rows table3` still gives each row's
+    difference from `all_fixes`."""
+    every = rows()
+    wanted = dict.fromkeys(chosen + [every[row.base] for row in chosen if row.base])
+    return {row.name: [r for seed in args.seeds if (r := record_of(records, row, seed, args))] for row in wanted}
 
 
 def mean_sd(values: list[float]) -> tuple[float, float | None]:

@@ -4,6 +4,7 @@ rows do not copy (the notes pad every sentence to 500) changes no number."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -156,6 +157,24 @@ def test_the_table_gives_each_rows_difference_and_flags_those_within_twice_the_s
     assert "| +0.0 from `notes` |" in next(line for line in table.splitlines() if "`+warmup`" in line)
     assert "| +9.0 from `notes` |" in next(line for line in table.splitlines() if "`+xavier`" in line)
     assert table.splitlines()[-1].endswith(": `+warmup`")  # |-0.04| < 2 x 1.0; 9.0 is not
+
+
+def test_a_rows_difference_comes_from_its_base_even_when_only_the_row_is_chosen() -> None:
+    """`--rows table3` chooses rows measured from `all_fixes` without choosing `all_fixes`: the
+    table still gives their difference from its record, and only a record of today's recipe
+    counts (one of another recipe is ignored)."""
+    every = ablations.rows()
+    args = argparse.Namespace(seeds=[1], data=DATA, steps=None, quick=False)
+
+    def record(name: str, bleu: float, recipe: str | None = None) -> dict:
+        fingerprint = recipe or ablations.recipe(ablations.row_config(every[name], DATA))
+        return {"row": name, "seed": 1, "recipe": fingerprint, "steps": 4680, "epochs": 5.2, "parameters": 10,
+                "train_loss": 3.0, "valid_bleu": bleu, "test_bleu": bleu, "test_chrf": 50.0}
+
+    records = [record("all_fixes", 36.0), record("A_h1", 34.5), record("all_fixes", 30.0, recipe="older")]
+    found = ablations.current(records, [every["A_h1"]], args)
+    line = next(line for line in ablations.markdown_table([every["A_h1"]], found).splitlines() if "`A_h1`" in line)
+    assert "| -1.5 from `all_fixes` |" in line
 
 
 def test_checkpoint_every_changes_no_number_and_a_stopped_run_continues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
