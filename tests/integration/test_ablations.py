@@ -215,13 +215,14 @@ def backed_numbers(chosen: list, found: dict[str, list[dict]]) -> set[str]:
     """Every decimal the results file backs, as the pages write it: each row's per-seed
     values, means and spreads (BLEU, chrF, minutes to one place, losses to two), its
     difference from its base and from `notes`, its epochs and its hosts' matmul peaks; the
-    numbers of each row's stated change (its settings); and the scales the pages explain,
-    computed here: the RMS of N(0, 1) embeddings times sqrt(d_model) at 128 and 512 and the
-    RMS of the sinusoidal encoding (1 / sqrt 2)."""
+    numbers of each row's stated change (its settings and the paper's Table 3 score it stands
+    for); and the scales the pages explain, computed here: the RMS of N(0, 1) embeddings times
+    sqrt(d_model) at 128 and 512 and the RMS of the sinusoidal encoding (1 / sqrt 2)."""
     backed = {f"{math.sqrt(128):.1f}", f"{math.sqrt(512):.1f}", f"{math.sqrt(0.5):.2f}"}
     for row in chosen:
         records = found[row.name]
-        backed |= set(DECIMAL.findall(" ".join([row.what, *row.overrides])))
+        stated = [row.what, *row.overrides, ablations.PAPER_TABLE_3.get(row.name, "")]
+        backed |= set(DECIMAL.findall(" ".join(stated)))
         for key, digits in (("test_bleu", 1), ("valid_bleu", 1), ("test_chrf", 1), ("train_minutes", 1),
                             ("train_loss", 2), ("epochs", 1)):
             values = [r[key] for r in records]
@@ -236,15 +237,22 @@ def backed_numbers(chosen: list, found: dict[str, list[dict]]) -> set[str]:
     return backed
 
 
+TABLES = ("study", "all_fixes,table3")  # the pages' two tables, as `--rows` names their rows
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_the_ablations_pages_show_the_results_files_table_and_no_other_number(page: Path) -> None:
-    """The page holds `--markdown`'s table of the committed results, and every decimal in its
-    prose is a number those results back (a claim without its run fails here)."""
-    every = ablations.rows()
-    chosen = ablations.choose("study", every, None)
+def test_the_ablations_pages_show_the_results_files_tables_and_no_other_number(page: Path) -> None:
+    """The page holds `--markdown`'s tables of the committed results (the study's rows, and
+    Table 3's rows with the row they change), and every decimal in its prose is a number
+    those results back (a claim without its run fails here)."""
+    every, records = ablations.rows(), ablations.read_records(ablations.RESULTS)
     args = ablations.argparse.Namespace(data=ablations.DATA, seeds=[1, 2, 3], steps=None, quick=False)
-    found = ablations.current(ablations.read_records(ablations.RESULTS), chosen, args)
-    text, table = page.read_text(encoding="utf-8"), ablations.markdown_table(chosen, found)
-    assert table in text
-    prose = text.replace(table, "")
-    assert sorted(set(DECIMAL.findall(prose)) - backed_numbers(chosen, found)) == []
+    prose, backed = page.read_text(encoding="utf-8"), set()
+    for names in TABLES:
+        chosen = ablations.choose(names, every, None)
+        found = ablations.current(records, chosen, args)
+        table = ablations.markdown_table(chosen, found)
+        assert table in prose, f"--rows {names} --markdown"
+        prose = prose.replace(table, "")
+        backed |= backed_numbers(chosen, found)
+    assert sorted(set(DECIMAL.findall(prose)) - backed) == []
