@@ -31,6 +31,7 @@ VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sent
 POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
 EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: model/transformer.py initialize
 INITS = ("xavier", "pytorch")  # the initial weights: model/transformer.py init_weights
+LAYER_NORMS = ("pytorch", "annotated")  # the layer normalisation: model/layers.py layer_norm
 UNKNOWN_WORDS = ("unk", "pad")  # what a source word outside the vocabulary becomes: translator.py
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
 
@@ -136,6 +137,10 @@ class ModelConfig:
                                  "the study notes' make_model leaves it: nn.Linear weights and biases "
                                  "U(-1/sqrt(fan_in), 1/sqrt(fan_in)), token embeddings N(0, 1), which "
                                  "times sqrt(d_model) outweigh the positional encoding).", shape=False)
+    layer_norm: str = option("pytorch", "The layer normalisation: pytorch (nn.LayerNorm, (x - mean) / sqrt(var + "
+                                        "1e-5), the biased variance) or annotated (the Annotated Transformer's "
+                                        "and the study notes' own, a_2 (x - mean) / (std + 1e-6) + b_2 with the "
+                                        "unbiased std: what `import annotated` gives their checkpoints).")
     embedding_init: str = option("xavier", "The token embedding's initial values where model.init is xavier: "
                                            "xavier (std sqrt(2 / (V + d_model))) or normal (N(0, d_model^-0.5), "
                                            "as tensor2tensor and fairseq).", shape=False)
@@ -171,6 +176,7 @@ class ModelConfig:
         _require(self.embedding_init in EMBEDDING_INITS, "model.embedding_init",
                  f"must be one of {', '.join(EMBEDDING_INITS)}")
         _require(self.init in INITS, "model.init", f"must be one of {', '.join(INITS)}")
+        _require(self.layer_norm in LAYER_NORMS, "model.layer_norm", f"must be one of {', '.join(LAYER_NORMS)}")
         _require(self.init == "xavier" or self.embedding_init == "xavier", "model.embedding_init",
                  f"{self.embedding_init} redraws the embedding of model.init: xavier only; model.init: "
                  f"{self.init} keeps PyTorch's N(0, 1) embedding (set model.embedding_init: xavier, or "

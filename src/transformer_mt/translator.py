@@ -169,9 +169,9 @@ class Translator:
         precision = resolve_precision(settings.precision, self.device)
         with torch.inference_mode(), autocast(self.device, precision):
             for batch in self._batches(ids, settings.batch_tokens):
-                src = pad_sequences([ids[i] + [EOS_ID] for i in batch]).to(self.device)
+                src = pad_sequences([ids[i] for i in batch]).to(self.device)
                 # source lengths, eos and masked unknown words included: what the output limit reads
-                lengths = torch.tensor([len(ids[i]) + 1 for i in batch], device=self.device)
+                lengths = torch.tensor([len(ids[i]) for i in batch], device=self.device)
                 for i, row in zip(batch, self._decode_batch(src, lengths, settings, nbest)):
                     found[i] = row
         return [[self._hypothesis(*h) for h in row] if row else [EMPTY] for row in found]
@@ -188,8 +188,8 @@ class Translator:
 
     # ---- the steps ---------------------------------------------------------------------
     def _encode(self, lines: list[str], unknown_words: str = "unk") -> list[list[int]]:
-        """Subword ids of each line (checked; [] for a line without text), truncated to
-        what the positional table allows, with a warning for each truncated line.
+        """The encoder input of each line (checked; [] for a line without text): its subword
+        ids framed by `encoder_input`, with a warning for each truncated line.
         `unknown_words` "pad" (decode.unknown_words) turns each <unk> into the padding id,
         which the source mask hides from every attention (the study notes' translate);
         the word keeps its position, so the words after it keep theirs."""
@@ -197,11 +197,23 @@ class Translator:
         ids = self.tokenizer.encode([line if has_text(line) else "" for line in checked])
         if unknown_words == "pad":
             ids = [[PAD_ID if i == UNK_ID else i for i in seq] for seq in ids]
-        for number, seq in enumerate(ids, start=1):
-            if len(seq) > self.max_source:
-                log.warning("input %d has %d subwords; truncated to the model's maximum of %d",
-                            number, len(seq), self.max_source)
-        return [seq[: self.max_source] for seq in ids]
+        framed = []
+        for number, (line, seq) in enumerate(zip(checked, ids), start=1):
+            source = self.encoder_input(seq) if has_text(line) else []
+            if source and len(source) <= len(seq):
+                log.warning("input %d has %d subwords; truncated to %d", number, len(seq), len(source) - 1)
+            framed.append(source)
+        return framed
+
+    def encoder_input(self, ids: list[int]) -> list[int]:
+        """What the encoder reads for a sentence's subword ids: the ids cut to what the
+        positional table allows, then eos; or, where the tokenizer frames its sources its
+        own way (`frame_source`: the study notes' <sos> ... <eos> cut at their max_len,
+        data/word_vocab_tokenizer.py), its frame, within the positional table."""
+        frame = getattr(self.tokenizer, "frame_source", None)
+        if frame is not None:
+            return frame(ids)[: self.max_source + 1]
+        return ids[: self.max_source] + [EOS_ID]
 
     @staticmethod
     def _batches(ids: list[list[int]], batch_tokens: int) -> list[list[int]]:
@@ -209,7 +221,7 @@ class Translator:
         order = sorted((i for i, s in enumerate(ids) if s), key=lambda i: -len(ids[i]))
         batches, current = [], []
         for i in order:
-            width = len(ids[current[0]]) + 1 if current else len(ids[i]) + 1
+            width = len(ids[current[0]]) if current else len(ids[i])
             if current and width * (len(current) + 1) > batch_tokens:
                 batches.append(current)
                 current = []
@@ -256,8 +268,8 @@ class Translator:
         if not src_ids:
             raise UserError("the sentence to decode is empty")
         forced = [self._piece_id(piece) for piece in prefix or []]
-        limit = int(self._output_limits(torch.tensor([len(src_ids) + 1]), settings))
-        src = torch.tensor([src_ids + [EOS_ID]], device=self.device)  # (1, S)
+        limit = int(self._output_limits(torch.tensor([len(src_ids)]), settings))
+        src = torch.tensor([src_ids], device=self.device)  # (1, S)
         with torch.inference_mode(), autocast(self.device, resolve_precision(settings.precision, self.device)):
             return trace_beam_search(self.model, src, settings.beam, limit, BOS_ID, EOS_ID, PAD_ID,
                                      settings.length_penalty, top_k, forced, banned=NEVER_EMITTED)
@@ -308,7 +320,7 @@ class Translator:
         if hypothesis is None:
             hypothesis = self.search([sentence], settings)[0][0]
         output = hypothesis.ids[: self.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])
-        src = torch.tensor([src_ids + [EOS_ID]], device=self.device)  # (1, S)
+        src = torch.tensor([src_ids], device=self.device)  # (1, S)
         precision = resolve_precision(settings.precision, self.device)
         with forced_pass(self.model, self.tokenizer, src, output, hypothesis.text, precision) as found:
             yield found

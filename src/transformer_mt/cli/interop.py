@@ -4,6 +4,7 @@
     transformer-mt export hf RUN --out DIR [--checkpoint best] [--languages SRC TGT] [--force]
     transformer-mt import marian SOURCE --run RUN
     transformer-mt import gpt2 SOURCE --run RUN
+    transformer-mt import annotated CHECKPOINT --run RUN --heads H (--src-vocab F --tgt-vocab F | --src-text F --tgt-text F)
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ import argparse
 import logging
 import shlex
 
-from transformer_mt.cli import path_arg
+from transformer_mt.cli import path_arg, positive_int
 from transformer_mt.config import CHECKPOINT_CHOICES
 # interop.ctranslate2 imports ctranslate2 only when an export runs: the parser needs none of it
 from transformer_mt.interop.ctranslate2 import QUANTIZATIONS, export_ctranslate2
 # interop.huggingface writes the files itself: transformers is needed only to use them
 from transformer_mt.interop.huggingface import export_hf
 # interop.marian and interop.gpt2 import huggingface_hub only to download a model by name
+from transformer_mt.errors import UserError
+from transformer_mt.interop.annotated import (THEIR_MAX_LEN, import_annotated, read_vocabulary,
+                                              vocabulary_of_text)
 from transformer_mt.interop.gpt2 import import_gpt2
 from transformer_mt.interop.marian import import_marian
 
@@ -131,6 +135,36 @@ def register_import_gpt2(formats: argparse._SubParsersAction) -> None:
                                      "pytorch_model.bin, vocab.json and merges.txt or tokenizer.json) or a model name")
     gpt2.add_argument("--run", required=True, type=path_arg, help="run directory to create (must not exist)")
     gpt2.set_defaults(func=run_import_gpt2)
+    register_import_annotated(formats)
+
+
+def register_import_annotated(formats: argparse._SubParsersAction) -> None:
+    annotated = formats.add_parser(
+        "annotated", help="a checkpoint of the Annotated Transformer (the study notes' transformer_wmt16.pth)",
+        description="Write RUN from a torch.save file of the Annotated Transformer's make_model: a state dict "
+                    "(src_embed.0.lut.weight, encoder.layers.0.self_attn.linears.0.weight, ...) or a dict holding "
+                    "one under model_state_dict, state_dict or model. Writes config.yaml, best.safetensors, "
+                    "word_vocab.json and imported.json; translate (by default exactly as their translate() does: "
+                    "greedy, at most 50 words), evaluate, serve, plot and fine-tune it like a trained run.",
+        epilog="The vocabularies are the word -> id objects their dataset built: save them with "
+               "json.dump(dataset.src_vocab, open('src_vocab.json', 'w')) (and tgt_vocab), or give the training "
+               "text and --max-samples to rebuild them as build_vocab does.",
+    )
+    annotated.add_argument("checkpoint", type=path_arg, help="the .pth file (read with weights_only=True)")
+    annotated.add_argument("--run", required=True, type=path_arg, help="run directory to create (must not exist)")
+    annotated.add_argument("--heads", required=True, type=positive_int,
+                           help="h, the attention heads (make_model's h; the weights do not show it)")
+    annotated.add_argument("--src-vocab", type=path_arg, metavar="FILE", help="the source vocabulary as JSON")
+    annotated.add_argument("--tgt-vocab", type=path_arg, metavar="FILE", help="the target vocabulary as JSON")
+    annotated.add_argument("--src-text", type=path_arg, metavar="FILE",
+                           help="the source training text, to rebuild the vocabulary (instead of --src-vocab)")
+    annotated.add_argument("--tgt-text", type=path_arg, metavar="FILE", help="the target training text")
+    annotated.add_argument("--max-samples", type=positive_int, default=0, metavar="N",
+                           help="with --src-text: the first N lines, their max_samples (default: every line)")
+    annotated.add_argument("--max-len", type=positive_int, default=THEIR_MAX_LEN, metavar="N",
+                           help=f"their max_len: a source is cut to N ids, <sos> and <eos> included "
+                                f"(default {THEIR_MAX_LEN}, as in their script)")
+    annotated.set_defaults(func=run_import_annotated)
 
 
 def run_import_marian(args: argparse.Namespace) -> int:
@@ -140,4 +174,21 @@ def run_import_marian(args: argparse.Namespace) -> int:
 
 def run_import_gpt2(args: argparse.Namespace) -> int:
     import_gpt2(args.source, args.run)
+    return 0
+
+
+def run_import_annotated(args: argparse.Namespace) -> int:
+    files, texts = (args.src_vocab, args.tgt_vocab), (args.src_text, args.tgt_text)
+    if any(files) == any(texts) or None in (files if any(files) else texts):
+        raise UserError("import annotated: give either --src-vocab and --tgt-vocab (JSON word -> id) or "
+                        "--src-text and --tgt-text (the training text), both of one kind")
+    if args.max_samples and not any(texts):
+        raise UserError("--max-samples goes with --src-text and --tgt-text (it rebuilds their vocabularies)")
+    if any(files):
+        vocabs = [read_vocabulary(path) for path in files]
+        origin = {"src_vocab": str(files[0]), "tgt_vocab": str(files[1])}
+    else:
+        vocabs = [vocabulary_of_text(path, args.max_samples) for path in texts]
+        origin = {"src_text": str(texts[0]), "tgt_text": str(texts[1]), "max_samples": args.max_samples}
+    import_annotated(args.checkpoint, args.run, args.heads, vocabs[0], vocabs[1], args.max_len, origin)
     return 0

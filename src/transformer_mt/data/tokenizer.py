@@ -2,11 +2,14 @@
 the sentencepiece loader, and `OneVocabulary` for those whose source and target ids are
 one vocabulary.
 
-Four classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
+Five classes follow the `Tokenizer` protocol: SentencePieceTokenizer (the joint vocabulary
 this package trains, data/sentencepiece_tokenizer.py), SeparateTokenizer (separate source
 and target vocabularies, data/separate_tokenizer.py), MarianTokenizer (an imported
-OPUS-MT vocabulary, data/marian_tokenizer.py) and ByteLevelBPETokenizer (an imported GPT-2's
-byte-level BPE, data/gpt2_tokenizer.py). data/tokenizers.py picks one from a run's
+OPUS-MT vocabulary, data/marian_tokenizer.py), ByteLevelBPETokenizer (an imported GPT-2's
+byte-level BPE, data/gpt2_tokenizer.py) and WordVocabTokenizer (the word vocabularies of an
+imported Annotated Transformer, data/word_vocab_tokenizer.py). A tokenizer that frames its
+sources its own way has `frame_source(ids)`: the encoder's whole input (the translator
+otherwise appends eos). data/tokenizers.py picks one from a run's
 files. No implementation imports that registry, and this module imports none of them, so
 they import without a cycle."""
 

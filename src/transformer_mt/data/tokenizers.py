@@ -11,19 +11,21 @@ from transformer_mt.data.marian_tokenizer import MarianTokenizer
 from transformer_mt.data.separate_tokenizer import SeparateTokenizer
 from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.word_vocab_tokenizer import WordVocabTokenizer
 from transformer_mt.errors import UserError
 
 # In this order a run folder is searched: a trained tokenizer.model, an imported vocab.json,
 # an imported GPT-2 gpt2_tokenizer.json, then separate source.model and target.model
-# (data.joint_vocab: false).
+# (data.joint_vocab: false), then the word_vocab.json of an imported Annotated Transformer.
 TOKENIZERS: tuple[type[Tokenizer], ...] = (SentencePieceTokenizer, MarianTokenizer, ByteLevelBPETokenizer,
-                                           SeparateTokenizer)
+                                           SeparateTokenizer, WordVocabTokenizer)
 
 
 def tokenizer_class(path: str | Path) -> type[Tokenizer]:
     """The class of the tokenizer named by `path`: the one whose file_name it has (vocab.json
     is an imported Marian vocabulary, gpt2_tokenizer.json an imported GPT-2 one, source.model
-    one of two separate vocabularies), else a sentencepiece model of any name."""
+    one of two separate vocabularies, word_vocab.json the word vocabularies of an imported
+    Annotated Transformer), else a sentencepiece model of any name."""
     name = Path(path).name
     return next((kind for kind in TOKENIZERS if kind.file_name == name), SentencePieceTokenizer)
 

@@ -35,6 +35,16 @@ def check_out_dir(out: Path, run_root: Path, force: bool) -> None:
     check_new_folder(out, "--out")
 
 
+def check_new_run(run_dir: str | Path) -> Path:
+    """The --run of an import: refused when it exists already (a non-empty folder or a
+    file) or cannot be created, before any work."""
+    run = Path(run_dir)
+    if run.exists() and (not run.is_dir() or any(run.iterdir())):
+        raise UserError(f"{run}: exists already; import into a new --run")
+    check_new_folder(run, "--run")
+    return run
+
+
 def check_new_folder(folder: Path, option: str) -> None:
     """Refuse, before any work, a `folder` that cannot be created (given as `option`): one
     under a file, or in a place where nothing can be written. A temporary file is made

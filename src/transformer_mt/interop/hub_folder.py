@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from transformer_mt.errors import UserError
-from transformer_mt.interop.folders import check_new_folder
+from transformer_mt.interop.folders import check_new_run
 from transformer_mt.tensor_checks import refuse_non_finite_load, unreadable_reason
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # name or namespace/name
@@ -25,10 +25,7 @@ def open_import(source: str | Path, run_dir: str | Path, kind: str, example: str
     that cannot be created (interop/folders.py), find the source folder (downloading a
     model name) and read its config.json. Returns (the run folder, the source folder, its
     config)."""
-    run = Path(run_dir)
-    if run.exists() and (not run.is_dir() or any(run.iterdir())):
-        raise UserError(f"{run}: exists already; import into a new --run")
-    check_new_folder(run, "--run")
+    run = check_new_run(run_dir)
     folder = resolve_source(source, kind, example, downloaded)
     return run, folder, read_json(folder / "config.json", required=True, kind=kind)
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.cache import DecoderCache, LayerCache
-from transformer_mt.model.layers import PositionwiseFeedForward, SublayerConnection
+from transformer_mt.model.layers import PositionwiseFeedForward, SublayerConnection, layer_norm
 
 
 class DecoderLayer(nn.Module):
@@ -21,9 +21,11 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, norm_first: bool = True,
                  activation: str = "relu", attention_dropout: float | None = None,
-                 activation_dropout: float | None = None, cross_attention: bool = True) -> None:
+                 activation_dropout: float | None = None, cross_attention: bool = True,
+                 norm: str = "pytorch") -> None:
         """`dropout` on each sub-layer output; `attention_dropout` on the attention weights and
-        `activation_dropout` between W_1 and W_2, each `dropout` when None."""
+        `activation_dropout` between W_1 and W_2, each `dropout` when None; `norm` the
+        LayerNorm (layers.layer_norm)."""
         super().__init__()
         attention_p = dropout if attention_dropout is None else attention_dropout
         activation_p = dropout if activation_dropout is None else activation_dropout
@@ -31,7 +33,8 @@ class DecoderLayer(nn.Module):
         self.src_attn = MultiHeadAttention(d_model, n_heads, attention_p) if cross_attention else None
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation_p, activation)
         n_sublayers = 3 if cross_attention else 2
-        self.sublayer = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(n_sublayers))
+        self.sublayer = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first, norm)
+                                      for _ in range(n_sublayers))
 
     def forward(
         self,
@@ -60,7 +63,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(norm_first=norm_first, cross_attention=cross_attention, **layer_args) for _ in range(n_layers)
         )
-        self.norm = nn.LayerNorm(layer_args["d_model"]) if norm_first else nn.Identity()
+        self.norm = layer_norm(layer_args["d_model"], layer_args.get("norm", "pytorch")) if norm_first else nn.Identity()
         self.cross_attention = cross_attention
 
     def init_cache(self) -> DecoderCache:

@@ -138,7 +138,8 @@ def build_model(cfg: ModelConfig, pad_id: int = 0) -> EncoderDecoder:
 def layer_arguments(cfg: ModelConfig) -> dict:
     """The arguments every encoder and decoder layer of `cfg` is built with."""
     return dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
-                activation=cfg.activation, attention_dropout=cfg.attention_p, activation_dropout=cfg.activation_p)
+                activation=cfg.activation, attention_dropout=cfg.attention_p, activation_dropout=cfg.activation_p,
+                norm=cfg.layer_norm)
 
 
 def positional_module(cfg: ModelConfig) -> PositionalEncoding | LearnedPositionalEmbedding:

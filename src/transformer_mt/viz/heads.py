@@ -16,7 +16,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.data.specials import BOS_ID, PAD_ID
 from transformer_mt.evaluation import score
 from transformer_mt.inspection import ATTENTION_KINDS
 from transformer_mt.model.masks import padding_mask
@@ -60,7 +60,7 @@ def head_entropies(translator: Translator, sources: list[str], references: list[
     longest = translator.max_source
     with record_attention(model) as recorded:
         for src_ids, tgt_ids in zip(tokenizer.encode(sources), tokenizer.encode_target(references)):
-            src = torch.tensor([src_ids[:longest] + [EOS_ID]], device=translator.device)
+            src = torch.tensor([translator.encoder_input(src_ids)], device=translator.device)
             tgt_in = torch.tensor([[BOS_ID] + tgt_ids[:longest]], device=translator.device)
             model(src, tgt_in, padding_mask(src, PAD_ID))
             for kind in ATTENTION_KINDS:
