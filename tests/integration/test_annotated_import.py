@@ -14,6 +14,7 @@ import copy
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,131 @@ def test_greedy_translations_equal_their_translate(notes: dict, name: str, tmp_p
     else:  # outputs that end, and depend on the source
         assert max(len(t.split()) for t in theirs) < 50 and len(set(theirs)) > 30
     assert not any(w in ("<pad>", "<sos>") for t in theirs for w in t.split())  # which ours never emits
+
+
+# ---- the vocabularies, the record -------------------------------------------------------------------
+def test_the_training_text_gives_the_same_run_as_the_saved_vocabularies(notes: dict) -> None:
+    root, run = notes["root"], import_run(notes, "trained")
+    rebuilt = root / "rebuilt"
+    assert main(["-q", "import", "annotated", str(root / "trained.pth"), "--run", str(rebuilt), "--heads", "4",
+                 "--src-text", str(root / "train.src"), "--tgt-text", str(root / "train.tgt"), "--max-samples", "500",
+                 "--max-len", str(MAX_LEN)]) == 0
+    for name in ("word_vocab.json", "config.yaml", "best.safetensors"):
+        assert (rebuilt / name).read_bytes() == (run / name).read_bytes(), name
+    record = json.loads((run / "imported.json").read_text())
+    assert record["epoch"] == 1 and record["loss"] == torch.load(root / "trained.pth")["loss"]
+    assert record["format"] == "annotated-transformer" and record["heads"] == 4 and record["max_len"] == MAX_LEN
+
+
+# ---- what is refused ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("change, message", [
+    ("text", "not a file written by torch.save, or one cut short"),
+    ("truncated", "not a file written by torch.save, or one cut short"),
+    ("code", "loads without running code"),
+    ("no_state", "no state dict found (it holds epoch, loss)"),
+    ("names", "not the Annotated Transformer's parameter names: expected src_embed.0.lut.weight"),
+    ("heads", "--heads 5: must divide d_model, which is 32"),
+    ("vocab", "words but"),
+    ("exists", "exists already; import into a new --run"),
+    ("one_vocab", "give either --src-vocab and --tgt-vocab"),
+])
+def test_what_is_refused_is_one_line(notes: dict, tmp_path: Path, capsys, change: str, message: str) -> None:
+    root = notes["root"]
+    checkpoint, run = tmp_path / "model.pth", tmp_path / "run"
+    vocabs = ["--src-vocab", str(root / "src_vocab.json"), "--tgt-vocab", str(root / "tgt_vocab.json")]
+    heads = "4"
+    if change == "text":
+        checkpoint.write_text("Epoch 1/30, Loss = 5.1\n")
+    elif change == "truncated":
+        checkpoint.write_bytes((root / "trained.pth").read_bytes()[:5000])
+    elif change == "code":  # the whole module pickled: loading it would run their classes' code
+        torch.save(notes["models"]["trained"], checkpoint)
+    elif change == "no_state":
+        torch.save({"epoch": 3, "loss": 0.5}, checkpoint)
+    elif change == "names":  # a state dict of this package's own layout
+        torch.save(load_run_model(RunDir(import_run(notes, "trained")), "best")[2].state_dict(), checkpoint)
+    else:
+        checkpoint.write_bytes((root / "trained.pth").read_bytes())
+    if change == "heads":
+        heads = "5"
+    elif change == "vocab":
+        vocab = dict(notes["vocabs"][1])
+        vocab.pop(next(w for w, i in vocab.items() if i == len(vocab) - 1))
+        (tmp_path / "tgt.json").write_text(json.dumps(vocab))
+        vocabs[-1] = str(tmp_path / "tgt.json")
+    elif change == "exists":
+        run.mkdir()
+        (run / "keep.txt").write_text("mine")
+    elif change == "one_vocab":
+        vocabs = vocabs[:2]
+    assert main(["-q", "import", "annotated", str(checkpoint), "--run", str(run), "--heads", heads, *vocabs]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    if change == "vocab":
+        assert f"has {len(notes['vocabs'][1]) - 1} words but" in err and f"has {len(notes['vocabs'][1])} rows" in err
+    assert (run / "keep.txt").is_file() if change == "exists" else not run.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".run")] == []
+
+
+# ---- everything else works on it -----------------------------------------------------------------------
+def test_beam_evaluate_plot_and_the_page_work_on_the_imported_run(notes: dict, tmp_path: Path, capsys) -> None:
+    from fastapi.testclient import TestClient
+
+    from transformer_mt.server import Limits, TranslationService, create_app
+
+    run = import_run(notes, "trained")
+    (tmp_path / "src").write_text("\n".join(notes["src"][530:540]) + "\n")
+    (tmp_path / "ref").write_text("\n".join(notes["tgt"][530:540]) + "\n")
+    assert main(["-q", "translate", str(run), "-i", str(tmp_path / "src"), "--beam", "4", "--nbest", "2"]) == 0
+    assert main(["-q", "evaluate", str(run), "--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref"),
+                 "--json"]) == 0
+    assert main(["-q", "plot", "attention", str(run), "w3 zz w5", "--out", str(tmp_path / "a.png")]) == 0
+    assert all((tmp_path / f"a-{kind}.png").stat().st_size > 0 for kind in ("encoder", "decoder", "cross"))
+    out = capsys.readouterr().out
+    assert "0 ||| " in out and '"bleu": ' in out
+    client = TestClient(create_app(TranslationService(Translator.from_run(run, device="cpu"), "notes",
+                                                      Limits(max_chars=300))))
+    assert client.get("/").status_code == 200
+    body = client.post("/api/translate", json={"text": "w3 zz w5", "attention": True}).json()
+    steps = client.post("/api/steps", json={"text": "w3 zz w5", "beam": 1}).json()
+    assert steps["translation"] == body["translations"][0] == their_translate(
+        notes["models"]["trained"], "w3 zz w5", *notes["vocabs"])
+    assert steps["source_tokens"] == ["<sos>", "w3", "zz", "w5", "<eos>"]
+    attention = body["results"][0]["attention"]
+    assert len(attention["encoder"]) == 2 and len(attention["encoder"][0]) == 4  # every layer, every head
+
+
+def test_fine_tuning_continues_their_model(notes: dict, tmp_path: Path) -> None:
+    run = import_run(notes, "trained")
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, lines in (("train", slice(0, 500)), ("valid", slice(540, 600))):
+        (data / f"{split}.src").write_text("\n".join(notes["src"][lines]) + "\n")
+        (data / f"{split}.tgt").write_text("\n".join(notes["tgt"][lines]) + "\n")
+    files = [f"--data.{split}_{side}={data / f'{split}.{side}'}" for split in ("train", "valid") for side in ("src", "tgt")]
+    tuned = tmp_path / "tuned"
+    assert main(["-q", "train", str(run / "config.yaml"), "--run", str(tuned), "--init-from", str(run),
+                 "--no-progress", "--data.task=", *files, "--train.max_steps=100", "--train.valid_every=100",
+                 "--train.schedule=constant", "--train.lr=1e-3", "--train.label_smoothing=0", "--model.dropout=0",
+                 "--train.device=cpu", "--train.precision=fp32"]) == 0
+    sources, references = notes["src"][540:600], notes["tgt"][540:600]
+    before = Translator.from_run(run, device="cpu").translate(sources)
+    after = Translator.from_run(tuned, device="cpu", checkpoint="last").translate(sources)
+    right = [sum(h == r for h, r in zip(hyps, references)) for hyps in (before, after)]
+    assert right[1] > right[0], right
+    assert (tuned / "word_vocab.json").read_bytes() == (run / "word_vocab.json").read_bytes()
+
+
+def test_exports_refuse_what_they_cannot_hold(notes: dict, tiny_run: Path, tmp_path: Path, capsys) -> None:
+    """Their separate vocabularies, and their LayerNorm (here on a copy of a joint-vocabulary run)."""
+    theirs = tmp_path / "theirs"
+    shutil.copytree(tiny_run, theirs)
+    config = (theirs / "config.yaml").read_text()
+    (theirs / "config.yaml").write_text(config.replace("layer_norm: pytorch", "layer_norm: annotated"))
+    for run, message in ((import_run(notes, "trained"), "needs one vocabulary for source and target"),
+                         (theirs, "model.layer_norm is annotated")):
+        for target in ("ctranslate2", "hf"):
+            assert main(["-q", "export", target, str(run), "--out", str(tmp_path / "out")]) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out").exists()

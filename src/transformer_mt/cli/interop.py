@@ -101,7 +101,8 @@ def run_export_ctranslate2(args: argparse.Namespace) -> int:
 
 def register_import(subparsers: argparse._SubParsersAction) -> None:
     imports = subparsers.add_parser(
-        "import", help="make a run of a pretrained model (Hugging Face Marian: the OPUS-MT models; GPT-2)",
+        "import", help="make a run of a model trained elsewhere (OPUS-MT's Marian models, GPT-2, the Annotated "
+                       "Transformer's checkpoints)",
         description="Turn a model trained elsewhere into an ordinary run directory.",
     )
     formats = imports.add_subparsers(dest="format", required=True, metavar="FORMAT")

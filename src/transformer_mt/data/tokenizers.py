@@ -67,6 +67,6 @@ def vocab_sizes(tokenizer: Tokenizer) -> tuple[int, int]:
 def require_joint(tokenizer: Tokenizer, what: str) -> None:
     """Refuse, in one line, a tokenizer with separate source and target vocabularies for
     `what` (a command that writes one vocabulary for both sides)."""
-    if isinstance(tokenizer, SeparateTokenizer):
+    if isinstance(tokenizer, (SeparateTokenizer, WordVocabTokenizer)):
         raise UserError(f"{what} needs one vocabulary for source and target, and this run has separate ones "
                         "(data.joint_vocab: false); train with data.joint_vocab: true to export it")

@@ -6,6 +6,8 @@
     interop/positions.py     an interleaved-sinusoid model as the equal halves one (a permutation)
     interop/marian.py        import a Hugging Face Marian (OPUS-MT) model as a run (`transformer-mt import marian`)
     interop/joint.py         import back a Marian folder in our own id layout (an `export hf`)
+    interop/annotated.py     import an Annotated-Transformer checkpoint, the study notes' own model
+                             (`transformer-mt import annotated`)
     interop/folders.py       an export's output folder: checked first, written whole or not at all
 
 Each module imports its third-party package (the `interop` extra) only when called, so

@@ -46,6 +46,7 @@ import json
 import logging
 import math
 import re
+import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,11 @@ def load_checkpoint(path: Path) -> Any:
     """What `torch.save` wrote to `path`, loaded with weights_only=True on the CPU."""
     if not path.is_file():
         raise UserError(f"{path}: no such file" + (" (a folder: give the .pth file)" if path.is_dir() else ""))
+    with open(path, "rb") as handle:
+        legacy = handle.read(2) == b"\x80\x02"  # torch.save(..., _use_new_zipfile_serialization=False)
+    if not legacy and not zipfile.is_zipfile(path):
+        raise UserError(f"{path}: not a file written by torch.save, or one cut short (a complete one is a zip "
+                        "archive); save the model again with torch.save(model.state_dict(), PATH)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a foreign, truncated or code-carrying file

@@ -88,6 +88,9 @@ def export_ctranslate2(
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
     require_joint(tokenizer, "the CTranslate2 export (shared_vocabulary.json)")
+    if cfg.model.layer_norm != "pytorch":
+        raise UserError(f"{run.root}: model.layer_norm is {cfg.model.layer_norm}; CTranslate2 normalises as "
+                        "nn.LayerNorm does (x - mean) / sqrt(var + eps), so this model cannot be exported")
     spec = build_spec(model, tokenizer, getattr(cfg.model, "activation", "relu"), str(run.root))
     for path in run.tokenizer_files():  # tokenizer.model, or an imported run's vocab.json + spm models
         spec.register_file(str(path), path.name)

@@ -131,6 +131,9 @@ def check_exportable(cfg: Config, model: EncoderDecoder, where: str) -> None:
     if not m.share_vocab or model.src_embed is not model.tgt_embed:
         raise UserError(f"{where}: model.share_vocab is false (two embedding matrices); the Hugging Face export "
                         "needs one shared embedding, as Marian and Pegasus have; train with model.share_vocab: true")
+    if m.layer_norm != "pytorch":
+        raise UserError(f"{where}: model.layer_norm is {m.layer_norm}; Marian and Pegasus normalise as nn.LayerNorm "
+                        "does, (x - mean) / sqrt(var + eps), so the Hugging Face export cannot hold this model")
     finals = {type(stack.norm).__name__ for stack in (model.encoder, model.decoder)}
     expected = {"LayerNorm"} if m.norm_first else {"Identity"}
     if finals != expected:
