@@ -205,6 +205,16 @@ class Translator:
             framed.append(source)
         return framed
 
+    def source_pieces(self, sentence: str) -> list[str]:
+        """The pieces of what the encoder reads for `sentence` (eos included, where the framing
+        keeps it), one per encoder position: the labels of the source side on the page."""
+        ids = self.tokenizer.encode([sentence])[0]
+        framed = self.encoder_input(ids)
+        pieces = self.tokenizer.pieces(sentence)
+        if framed[-1] == EOS_ID and len(framed) <= len(ids):  # an eos put after the cut
+            return pieces[: len(framed) - 1] + self.tokenizer.source_id_to_piece([EOS_ID])
+        return (pieces + self.tokenizer.source_id_to_piece([EOS_ID]))[: len(framed)]
+
     def encoder_input(self, ids: list[int]) -> list[int]:
         """What the encoder reads for a sentence's subword ids: the ids cut to what the
         positional table allows, then eos; or, where the tokenizer frames its sources its

@@ -190,11 +190,10 @@ def corpus(n: int, seed: int) -> tuple[list[str], list[str]]:
     return src, [" ".join(f"T{w[1:]}" for w in s.split()) for s in src]
 
 
-def train_their_way(model: Reference, src: list[str], tgt: list[str], vocabs: tuple[dict, dict], steps: int,
-                    seed: int) -> float:
+def train_their_way(model: Reference, optimizer: torch.optim.Optimizer, src: list[str], tgt: list[str],
+                    vocabs: tuple[dict, dict], steps: int, seed: int) -> float:
     """Adam 1e-3, batches of 32 shuffled pairs padded to max_len, cross-entropy ignoring padding."""
     torch.manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     pairs = [(frame(s, vocabs[0]), frame(t, vocabs[1])) for s, t in zip(src, tgt)]
     model.train()
     loss = torch.tensor(0.0)
@@ -233,15 +232,16 @@ def notes(tmp_path_factory: pytest.TempPathFactory) -> dict:
         (root / f"{side}_vocab.json").write_text(json.dumps(vocab))
     torch.manual_seed(0)
     model = Reference(len(vocabs[0]), len(vocabs[1]))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     models = {}
     for name, steps in (("early", 40), ("trained", 360)):
-        loss = train_their_way(model, src[:500], tgt[:500], vocabs, steps, seed=len(models))
+        loss = train_their_way(model, optimizer, src[:500], tgt[:500], vocabs, steps, seed=len(models))
         saved = copy.deepcopy(model).eval()
         if name == "early":
             with torch.no_grad():
                 saved.generator.proj.bias[vocabs[1]["<eos>"]] -= 100.0
         torch.save({"epoch": len(models), "model_state_dict": saved.state_dict(),
-                    "optimizer_state_dict": {}, "loss": loss}, root / f"{name}.pth")
+                    "optimizer_state_dict": optimizer.state_dict(), "loss": loss}, root / f"{name}.pth")
         models[name] = saved
     return {"root": root, "vocabs": vocabs, "models": models, "src": src, "tgt": tgt}
 
@@ -298,10 +298,13 @@ def test_greedy_translations_equal_their_translate(notes: dict, name: str, tmp_p
 
 
 # ---- the vocabularies, the record -------------------------------------------------------------------
-def test_the_training_text_gives_the_same_run_as_the_saved_vocabularies(notes: dict) -> None:
+def test_the_training_text_and_a_bare_state_dict_give_the_same_run(notes: dict) -> None:
+    """The vocabularies rebuilt from the training text, the weights as a bare state dict
+    saved from nn.DataParallel (names prefixed with `module.`)."""
     root, run = notes["root"], import_run(notes, "trained")
     rebuilt = root / "rebuilt"
-    assert main(["-q", "import", "annotated", str(root / "trained.pth"), "--run", str(rebuilt), "--heads", "4",
+    torch.save(nn.DataParallel(notes["models"]["trained"]).state_dict(), root / "bare.pth")
+    assert main(["-q", "import", "annotated", str(root / "bare.pth"), "--run", str(rebuilt), "--heads", "4",
                  "--src-text", str(root / "train.src"), "--tgt-text", str(root / "train.tgt"), "--max-samples", "500",
                  "--max-len", str(MAX_LEN)]) == 0
     for name in ("word_vocab.json", "config.yaml", "best.safetensors"):
@@ -385,6 +388,8 @@ def test_beam_evaluate_plot_and_the_page_work_on_the_imported_run(notes: dict, t
     assert steps["translation"] == body["translations"][0] == their_translate(
         notes["models"]["trained"], "w3 zz w5", *notes["vocabs"])
     assert steps["source_tokens"] == ["<sos>", "w3", "zz", "w5", "<eos>"]
+    cut = client.post("/api/steps", json={"text": SENTENCES[7], "beam": 1}).json()  # longer than max_len
+    assert cut["source_tokens"] == ["<sos>", *SENTENCES[7].split()[: MAX_LEN - 1]]
     attention = body["results"][0]["attention"]
     assert len(attention["encoder"]) == 2 and len(attention["encoder"][0]) == 4  # every layer, every head
 

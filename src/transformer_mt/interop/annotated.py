@@ -30,9 +30,10 @@ distribution over their V outputs is theirs.
 Decoding defaults are those of their `translate`: greedy (decode.beam 1), at most 50 new
 tokens (decode.max_len_a 0, max_len_b 49: eos is the 50th), unknown source words as padding
 hidden by the source mask (decode.unknown_words pad), the source `<sos>` words `<eos>` cut
-at their max_len. One difference is kept: their greedy search may choose `<pad>` or
-`<sos>`, which their training never targets; ours never emits either (NEVER_EMITTED), as
-for every run.
+at their max_len. Two differences are kept, as for every run: their greedy search may
+choose `<pad>` or `<sos>`, which their training never targets, and ours never emits either
+(NEVER_EMITTED); a line without text gives an empty translation (theirs translates
+`<sos> <eos>`).
 
 Refused with one line, leaving no run folder: a file that is not a torch.save file, a
 truncated one, one that needs code to load, other parameter names (the names found and

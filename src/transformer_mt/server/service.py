@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 from transformer_mt.config import DecodeConfig
 from transformer_mt.errors import UserError
 from transformer_mt.data.corpus import CorpusError, iter_raw_lines
-from transformer_mt.data.specials import EOS_ID, SPECIAL_IDS
+from transformer_mt.data.specials import SPECIAL_IDS
 from transformer_mt.decoding.trace import Trace
 from transformer_mt.inspection import ATTENTION_KINDS, AttentionMaps
 from transformer_mt.runs import RunDir
@@ -188,7 +188,7 @@ class TranslationService:
         tokenizer = self.translator.tokenizer
         output = [i for i in trace.ids if i not in SPECIAL_IDS]
         return {
-            "source_tokens": tokenizer.pieces(sentence)[: self.translator.max_source] + tokenizer.id_to_piece([EOS_ID]),
+            "source_tokens": self.translator.source_pieces(sentence),
             "beam": settings.beam,
             "top_k": top_k,
             "prefix": prefix,
