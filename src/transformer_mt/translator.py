@@ -164,7 +164,7 @@ class Translator:
         settings = settings if settings is not None else self.settings(nbest=nbest)
         if nbest > settings.beam:
             raise UserError(f"nbest ({nbest}) cannot exceed beam ({settings.beam})")
-        ids = self._encode(lines, settings.unknown_words)
+        ids = self.encode_sources(lines, settings.unknown_words)
         found: list[list[tuple[list[int], float, bool]]] = [[] for _ in lines]
         precision = resolve_precision(settings.precision, self.device)
         with torch.inference_mode(), autocast(self.device, precision):
@@ -187,7 +187,7 @@ class Translator:
         return [[(h.text, h.score) for h in row] for row in found]
 
     # ---- the steps ---------------------------------------------------------------------
-    def _encode(self, lines: list[str], unknown_words: str = "unk") -> list[list[int]]:
+    def encode_sources(self, lines: list[str], unknown_words: str = "unk") -> list[list[int]]:
         """The encoder input of each line (checked; [] for a line without text): its subword
         ids framed by `encoder_input`, with a warning for each truncated line.
         `unknown_words` "pad" (decode.unknown_words) turns each <unk> into the padding id,
@@ -274,7 +274,7 @@ class Translator:
         Without a prefix it ends with the translation `search` gives with `settings`.
         Not thread-safe: it hooks the shared model's cross-attention."""
         settings = settings if settings is not None else self.defaults
-        src_ids = self._encode([sentence], settings.unknown_words)[0]
+        src_ids = self.encode_sources([sentence], settings.unknown_words)[0]
         if not src_ids:
             raise UserError("the sentence to decode is empty")
         forced = [self._piece_id(piece) for piece in prefix or []]
@@ -324,7 +324,7 @@ class Translator:
         """`inspection.forced_pass` of `sentence` and `hypothesis` (by default the best of
         `settings`); inside the block the recorder still holds what it saw."""
         settings = settings if settings is not None else self.defaults
-        src_ids = self._encode([sentence], settings.unknown_words)[0]
+        src_ids = self.encode_sources([sentence], settings.unknown_words)[0]
         if not src_ids:
             raise UserError("the sentence to show attention for is empty")
         if hypothesis is None:

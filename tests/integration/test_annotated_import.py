@@ -428,3 +428,18 @@ def test_exports_refuse_what_they_cannot_hold(notes: dict, tiny_run: Path, tmp_p
             err = capsys.readouterr().err.strip()
             assert len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_doctor_examines_their_checkpoint(notes: dict, tmp_path: Path, capsys) -> None:
+    """Their N(0, 1) embeddings times sqrt(d_model), their deep-copied layers and the early
+    model's loops are named; the saved training loss stands in for metrics.jsonl."""
+    (tmp_path / "src").write_text("\n".join(notes["src"][540:580]) + "\n")
+    (tmp_path / "ref").write_text("\n".join(notes["tgt"][540:580]) + "\n")
+    run = import_run(notes, "early")
+    assert main(["-q", "doctor", str(run), "--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref"),
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    found = {f["id"]: f for f in report["findings"]}
+    assert {"embedding_scale", "cloned_init", "repetition"} <= set(found)
+    assert found["embedding_scale"]["value"] == pytest.approx(math.sqrt(32) / math.sqrt(0.5), rel=0.1)
+    assert "memorization" in report["checked"] + list(found) and "truncation" in report["not_checked"]

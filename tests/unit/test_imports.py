@@ -42,13 +42,14 @@ LAYERS = (
     ("interop",),  # Marian and GPT-2 in; CTranslate2 and Hugging Face out
     ("inspection",),  # a translation model's attention, equation 1
     ("translator", "generation"),  # a run as a function
-    ("lm_inspection",),  # a language model's next-token decision
+    ("lm_inspection", "diagnosis"),  # a language model's next-token decision; the doctor
     ("training", "server", "viz"),  # side by side: none imports another (the rules below)
     ("demo",),  # trains a run (training) and draws it (viz)
     ("cli", "__main__"),
 )
 # Inference and learner code never imports training (the demo trains, so it does).
-NEVER_TRAINING = ("translator", "generation", "inspection", "lm_inspection", "server", "viz", "interop", "decoding")
+NEVER_TRAINING = ("translator", "generation", "inspection", "lm_inspection", "diagnosis", "server", "viz", "interop",
+                  "decoding")
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:

@@ -32,7 +32,7 @@ def test_batched_results_come_back_in_input_order(translator: Translator) -> Non
     assert [[text for text, _ in row] for row in together] == [[text for text, _ in row] for row in alone]
     for row, single in zip(together, alone):
         assert [s for _, s in row] == pytest.approx([s for _, s in single], abs=1e-5)
-    assert len(translator._batches(translator._encode(LINES), translator.defaults.batch_tokens)) > 1
+    assert len(translator._batches(translator.encode_sources(LINES), translator.defaults.batch_tokens)) > 1
 
 
 def test_empty_lines_give_empty_outputs(translator: Translator) -> None:

@@ -1,7 +1,7 @@
 """The `transformer-mt` command line: one sub-command per job.
 
     transformer-mt demo | train | prepare | vocab | average | translate | evaluate | generate | plot | serve
-                   | data | export | import
+                   | data | export | import | doctor
 
 Each sub-command lives in a module of this package with a `register(subparsers)`
 function. User mistakes (`UserError`) print one line and exit with code 2; no traceback."""
@@ -16,7 +16,7 @@ from typing import NoReturn, Sequence
 from transformer_mt import __version__
 from transformer_mt.errors import USER_ERRORS
 
-COMMAND_MODULES = ("train", "translate", "generate", "viz", "data", "interop")
+COMMAND_MODULES = ("train", "translate", "generate", "viz", "data", "interop", "doctor")
 
 
 class OneLineLogFormatter(logging.Formatter):

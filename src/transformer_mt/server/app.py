@@ -226,6 +226,10 @@ def add_translation_routes(app: FastAPI, service: TranslationService) -> None:
     def steps(request: StepsRequest) -> dict[str, Any]:
         return service.steps(one_sentence(request.text, limits), request.beam, request.top_k, request.prefix)
 
+    @app.get("/api/doctor", summary="Why this model may translate poorly: the doctor's findings on the run")
+    def doctor() -> dict[str, Any]:
+        return service.doctor()
+
     @app.post("/api/explain", response_model=ExplainResponse, summary="Equation 1 for one query of one head",
               responses={413: {"description": "too many characters"}, 422: {"description": "invalid request"}})
     def explain(request: ExplainRequest) -> dict[str, Any]:
@@ -272,4 +276,4 @@ def load_service(run: str | Path, device: str, checkpoint: str, limits: Limits, 
         lm_limits = GenerateLimits(limits.max_chars, max_new_tokens)
         return LanguageModelService(lm, name, lm_limits, example_prompt(run, limits.max_chars))
     translator = Translator.from_run(run, device=device, checkpoint=checkpoint, dtype=dtype)
-    return TranslationService(translator, name, limits, example_sentence(run, limits.max_chars))
+    return TranslationService(translator, name, limits, example_sentence(run, limits.max_chars), Path(run))

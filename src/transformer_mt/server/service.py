@@ -23,6 +23,8 @@ from transformer_mt.errors import UserError
 from transformer_mt.data.corpus import CorpusError, iter_raw_lines
 from transformer_mt.data.specials import SPECIAL_IDS
 from transformer_mt.decoding.trace import Trace
+from transformer_mt.diagnosis.case import open_case
+from transformer_mt.diagnosis.report import diagnose
 from transformer_mt.inspection import ATTENTION_KINDS, AttentionMaps
 from transformer_mt.runs import RunDir
 from transformer_mt.translator import Hypothesis, Translator, check_line, has_text
@@ -30,6 +32,7 @@ from transformer_mt.translator import Hypothesis, Translator, check_line, has_te
 DECIMALS = 4  # attention weights in JSON are rounded to this many decimals
 MAX_GROUP_SENTENCES = 128  # most sentences translated together for queued requests
 EXAMPLE_SEARCH_LINES = 1000  # lines of a validation file looked at for the page's example
+DOCTOR_SENTENCES = 100  # validation sentences the page's doctor translates
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,16 @@ class TranslationService:
     """Translations, subword tokens and cross-attention for lists of sentences."""
 
     def __init__(self, translator: Translator, name: str = "model", limits: Limits = Limits(),
-                 example: str = "") -> None:
-        """`example`: a sentence the page translates on opening ("" for none)."""
+                 example: str = "", run: Path | None = None) -> None:
+        """`example`: a sentence the page translates on opening ("" for none); `run`: the
+        run folder the doctor reads (None: the page has no doctor)."""
         self.translator = translator
         self.name = name
         self.limits = limits
         self.example = example
+        self.run = run
+        self.doctor_lock = threading.Lock()
+        self.report: dict[str, Any] | None = None
         self.lock = threading.Lock()
         self.queue_lock = threading.Lock()
         self.queue: list[Job] = []
@@ -90,6 +97,17 @@ class TranslationService:
             "requests": self.requests,
             "batches": self.batches,
         }
+
+    def doctor(self) -> dict[str, Any]:
+        """The doctor's report on the served run (diagnosis/), made once, on the first ask,
+        from its own copy of the model: translations of up to DOCTOR_SENTENCES validation
+        sentences never wait behind it."""
+        if self.run is None:
+            raise UserError("this server was started without a run folder; run `transformer-mt doctor RUN`")
+        with self.doctor_lock:
+            if self.report is None:
+                self.report = diagnose(open_case(str(self.run), limit=DOCTOR_SENTENCES)).to_dict()
+            return self.report
 
     def _take_group(self, job: Job) -> list[Job]:
         """`job` and the queued jobs that can share its decoding call, off the queue."""
