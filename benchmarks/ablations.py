@@ -47,6 +47,7 @@ rows in its own format; this script neither reads nor writes it.
     python benchmarks/ablations.py --rows notes_10k --seeds 1 --checkpoint-every 1872   # over an hour: resumable
     python benchmarks/ablations.py --markdown --chart docs/ablations.png   # the table, from the results only
     python benchmarks/ablations.py --quick                  # a smoke run: 200 steps, 2,000 pairs
+    python benchmarks/ablations.py --rows notes,all_fixes --seeds 1 --doctor   # what `doctor` says of them
 
 A (row, seed) whose record is in --results with the same recipe (the config's fingerprint)
 is not trained again: the table can be filled in several sittings, or by processes with
@@ -75,6 +76,8 @@ import torch  # noqa: E402
 from _timing import matmul_peaks  # noqa: E402
 from transformer_mt.config import Config, config_from_dict, config_yaml, load_config, parse_override, replace  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
+from transformer_mt.diagnosis.case import open_case  # noqa: E402
+from transformer_mt.diagnosis.report import diagnose  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
 from transformer_mt.runs import read_events  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
@@ -82,6 +85,7 @@ from transformer_mt.translator import Translator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 RESULTS = Path(__file__).resolve().parent / "results" / "ablations_seeds.jsonl"
+DOCTOR = Path(__file__).resolve().parent / "results" / "ablations_doctor.jsonl"  # `--doctor`'s reports
 EPOCHS, BATCH, NOTES_PAIRS = 30, 32, 5000  # the notes' train(epochs=30, batch_size=32), max_samples=5000
 FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 
@@ -270,6 +274,21 @@ def train_and_score(row: Row, seed: int, args: argparse.Namespace) -> dict:
             "date": date.today().isoformat(), "torch": torch.__version__, "peaks_gflops": args.peaks}
 
 
+def examine(row: Row, seed: int, args: argparse.Namespace) -> dict:
+    """The doctor's report on the run of `row` and `seed` (its validation set): a record."""
+    fingerprint = recipe(row_config(row, args.data, seed, args.steps, args.quick))
+    run = args.out / f"{row.name}_seed{seed}_{fingerprint}"
+    report = diagnose(open_case(str(run)))
+    print(f"doctor {row.name} seed {seed}: {', '.join(f.id for f in report.findings) or 'nothing found'}")
+    return {"row": row.name, "seed": seed, "recipe": fingerprint, "report": report.to_dict(),
+            "date": date.today().isoformat(), "torch": torch.__version__}
+
+
+def doctor_reports(path: Path = DOCTOR) -> dict[tuple[str, int], dict]:
+    """The newest `--doctor` record of each (row, seed)."""
+    return {(r["row"], r["seed"]): r for r in read_records(path)}
+
+
 def read_records(path: Path) -> list[dict]:
     """The records of the results file (none where it does not exist)."""
     if not path.is_file():
@@ -407,6 +426,8 @@ def parse_args() -> tuple[argparse.Namespace, list[Row]]:
     parser.add_argument("--markdown", action="store_true", help="print the table of the results file; train nothing")
     parser.add_argument("--chart", type=Path, help="draw the results' test BLEU to this PNG; train nothing")
     parser.add_argument("--json", action="store_true", help="last line: the chosen rows' records as JSON")
+    parser.add_argument("--doctor", action="store_true", help=f"after training, examine each run with "
+                        f"`transformer-mt doctor` (its validation set) and append the reports to {DOCTOR.name}")
     args = parser.parse_args()
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -445,6 +466,10 @@ def main() -> int:
             append_record(args.results, r)
             print(f"{row.name:<18} {seed:>4} {r['steps']:>6} {r['epochs']:>6.1f} {r['train_loss']:>6.2f} "
                   f"{r['valid_bleu']:>6.1f} {r['test_bleu']:>6.1f} {r['train_minutes']:>8.1f}", flush=True)
+    if args.doctor and not report_only:
+        for row in chosen:
+            for seed in args.seeds:
+                append_record(DOCTOR, examine(row, seed, args))
     found = current(read_records(args.results), chosen, args)
     if args.markdown:
         print(markdown_table(chosen, found))

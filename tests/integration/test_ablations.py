@@ -214,7 +214,8 @@ DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
 def backed_numbers(chosen: list, found: dict[str, list[dict]]) -> set[str]:
     """Every decimal the results file backs, as the pages write it: each row's per-seed
     values, means and spreads (BLEU, chrF, minutes to one place, losses to two), its
-    difference from its base and from `notes`, its epochs and its hosts' matmul peaks; the
+    difference from its base and from `notes`, its epochs and its hosts' matmul peaks, the decimals
+    of its `--doctor` reports; the
     numbers of each row's stated change (its settings and the paper's Table 3 score it stands
     for); and the scales the pages explain, computed here: the RMS of N(0, 1) embeddings times
     sqrt(d_model) at 128 and 512 and the RMS of the sinusoidal encoding (1 / sqrt 2)."""
@@ -234,6 +235,8 @@ def backed_numbers(chosen: list, found: dict[str, list[dict]]) -> set[str]:
             diff = ablations.difference(row.name, found, base)
             backed |= {f"{abs(diff[0]):.1f}"} if diff else set()
         backed |= {f"{v:.0f}" for r in records for v in (r.get("peaks_gflops") or {}).values()}
+        reports = [r["report"] for (name, _), r in ablations.doctor_reports().items() if name == row.name]
+        backed |= set(DECIMAL.findall(json.dumps(reports)))  # what `--doctor` printed of the row's runs
     return backed
 
 
@@ -256,3 +259,14 @@ def test_the_ablations_pages_show_the_results_files_tables_and_no_other_number(p
         prose = prose.replace(table, "")
         backed |= backed_numbers(chosen, found)
     assert sorted(set(DECIMAL.findall(prose)) - backed) == []
+
+
+def test_the_doctors_costs_are_the_results_files_differences() -> None:
+    """What `doctor` says each cause cost is each row's mean difference from `notes`."""
+    from transformer_mt.diagnosis.finding import MEASURED
+
+    args = argparse.Namespace(seeds=[1, 2, 3], steps=None, quick=False, data=DATA)
+    every = ablations.rows()
+    found = ablations.current(ablations.read_records(ablations.RESULTS), [every[row] for row in MEASURED], args)
+    for row, (_, bleu) in MEASURED.items():
+        assert round(ablations.difference(row, found, "notes")[0], 1) == bleu, row

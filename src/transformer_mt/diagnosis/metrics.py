@@ -8,7 +8,7 @@ from collections import Counter
 
 from transformer_mt.diagnosis import limits
 from transformer_mt.diagnosis.case import Case, NotChecked
-from transformer_mt.diagnosis.finding import COSTS, Finding
+from transformer_mt.diagnosis.finding import Finding, cost
 
 RECENT = 50  # training steps whose mean loss is "the training loss"
 
@@ -49,7 +49,7 @@ def memorization(case: Case) -> Finding | None:
         "model recites its training pairs rather than translating",
         "train on more pairs (--data.train_pairs=0: all of them) and keep dropout (--model.dropout=0.1 or more); "
         "choose the model by validation BLEU, not by the training loss",
-        f"all 29,000 pairs instead of 5,000 +4.8 BLEU, removing dropout -4.1 in the notes' recipe ({COSTS})")
+        cost("+all_pairs", "+no_dropout"))
 
 
 def unigram_entropy(case: Case) -> float:

@@ -7,7 +7,7 @@ import json
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.diagnosis import limits
 from transformer_mt.diagnosis.case import Case, NotChecked
-from transformer_mt.diagnosis.finding import COSTS, Finding
+from transformer_mt.diagnosis.finding import Finding, cost
 
 
 def unknown_share(ids: list[list[int]], unknown: tuple[int, ...]) -> float:
@@ -34,7 +34,7 @@ def unknown_words(case: Case) -> Finding | None:
         f"outside the vocabulary: the encoder reads them as {hidden}, and the model can never write them",
         "a subword vocabulary, in which no word is unknown: --data.vocab_type=bpe --data.joint_vocab=true "
         "--model.share_vocab=true",
-        f"one joint BPE vocabulary +2.3 BLEU in the notes' recipe ({COSTS})")
+        cost("+bpe"))
 
 
 def truncation(case: Case) -> Finding | None:
