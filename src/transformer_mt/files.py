@@ -1,4 +1,4 @@
-"""The one atomic-write helper: every file a user relies on (config, tokenizer,
+"""The one atomic-write helper (and the one JSON reader with one-line errors): every file a user relies on (config, tokenizer,
 checkpoints, weights, corpora the toolkit generates, translations) is written through it.
 
 The content goes to a temporary file in the same folder, is flushed and fsynced, then
@@ -7,6 +7,7 @@ cut: a process killed mid-write leaves the old file (or none), never half of a n
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from contextlib import contextmanager
@@ -99,3 +100,15 @@ def check_writable_file(path: str | Path, option: str) -> Path:
     if out.exists() and not os.access(out, os.W_OK):
         raise UserError(f"{option} {out}: cannot be written (permission denied)")
     return out
+
+
+def read_json_file(path: str | Path, if_missing: str) -> object:
+    """The JSON value in `path`; a missing, unreadable or malformed file is one UserError
+    line that names it (`if_missing` says what the missing file is or what to do)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: missing ({if_missing})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserError(f"{path}: not readable JSON ({str(err).splitlines()[0]})") from None

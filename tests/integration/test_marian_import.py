@@ -382,6 +382,11 @@ def test_every_feature_works_on_the_imported_run(marian, tmp_path: Path, capsys)
     assert all((tmp_path / f"a-{kind}.png").stat().st_size > 0 for kind in ("encoder", "decoder", "cross"))
     out = capsys.readouterr().out
     assert "0 ||| " in out and '"bleu": ' in out
+    assert main(["-q", "doctor", str(run), "--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref"),
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)  # no metrics, no saved loss: those checks say why not
+    assert {"memorization", "undertrained"} <= set(report["not_checked"])
+    assert "unknown_words" in report["checked"] + [f["id"] for f in report["findings"]]
     translator = Translator.from_run(run, device="cpu")
     client = TestClient(create_app(TranslationService(translator, "marian", Limits(max_chars=300))))
     body = client.post("/api/translate", json={"text": "the cat sees a dog", "beam": 2, "attention": True}).json()

@@ -31,6 +31,7 @@ from typing import Any, Iterable
 
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
 from transformer_mt.errors import UserError
+from transformer_mt.files import read_json_file
 
 WORD_VOCAB = "word_vocab.json"
 PAD_WORD, UNK_WORD = "<pad>", "<unk>"
@@ -115,12 +116,7 @@ class WordVocabTokenizer:
 
     @classmethod
     def from_file(cls, path: Path) -> "WordVocabTokenizer":
-        try:
-            found = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{path}: missing (the run's word vocabularies)") from None
-        except (OSError, UnicodeDecodeError, ValueError) as err:
-            raise UserError(f"{path}: not readable JSON ({str(err).splitlines()[0]})") from None
+        found = read_json_file(path, "the run's word vocabularies")
         if not isinstance(found, dict) or not isinstance(found.get("max_len"), int) or found["max_len"] < 2:
             raise UserError(f"{path}: expected an object with source, target and max_len (at least 2)")
         return cls(check_vocabulary(found.get("source"), f"{path} (source)"),

@@ -9,7 +9,6 @@ the translations and the teacher-forced losses are computed once, when a check f
 from __future__ import annotations
 
 import functools
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from transformer_mt.data.corpus import read_parallel
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.errors import UserError
+from transformer_mt.files import read_json_file
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder, build_model
 from transformer_mt.runs import RunDir, load_run_model, read_events
@@ -123,9 +123,9 @@ def run_case(run: RunDir) -> Case:
     """A run trained here or imported: its best weights (its last checkpoint while it has none)."""
     checkpoint = "best" if run.best.is_file() else "last"
     cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
-    imported = {}
-    if (run.root / "imported.json").is_file():
-        imported = json.loads((run.root / "imported.json").read_text(encoding="utf-8"))
+    record = run.root / "imported.json"
+    imported = read_json_file(record, "") if record.is_file() else {}
+    imported = imported if isinstance(imported, dict) else {}
     return Case(str(run.root), cfg, model.eval(), tokenizer, run, read_events(run.root / "metrics.jsonl"), imported)
 
 

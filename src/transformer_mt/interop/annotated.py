@@ -59,7 +59,7 @@ from transformer_mt.data.corpus import decode_line, iter_raw_lines
 from transformer_mt.data.word_vocab_tokenizer import (WORD_VOCAB, WordVocabTokenizer, build_vocabulary,
                                                       check_vocabulary, our_rows)
 from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_write_text
+from transformer_mt.files import atomic_write_text, read_json_file
 from transformer_mt.interop.folders import check_new_run, write_folder
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.transformer import NEVER_LOGIT, build_model
@@ -117,14 +117,7 @@ def import_annotated(checkpoint: str | Path, run_dir: str | Path, heads: int, so
 
 def read_vocabulary(path: str | Path) -> dict[str, int]:
     """A JSON word -> id file (what `json.dump(dataset.src_vocab, f)` writes), checked."""
-    path = Path(path)
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise UserError(f"{path}: not readable JSON ({str(err).splitlines()[0]})") from None
-    return check_vocabulary(found, str(path))
+    return check_vocabulary(read_json_file(path, "no such vocabulary file"), str(path))
 
 
 def vocabulary_of_text(path: str | Path, max_samples: int = 0) -> dict[str, int]:
