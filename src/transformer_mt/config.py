@@ -30,7 +30,7 @@ POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: mo
 VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/sentencepiece_tokenizer.py
 POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
 EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: model/transformer.py initialize
-INITS = ("xavier", "pytorch")  # the initial weights: model/transformer.py init_weights
+INITS = ("xavier", "pytorch", "notes")  # the initial weights: model/transformer.py init_weights
 LAYER_NORMS = ("pytorch", "annotated")  # the layer normalisation: model/layers.py layer_norm
 UNKNOWN_WORDS = ("unk", "pad")  # what a source word outside the vocabulary becomes: translator.py
 SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
@@ -133,10 +133,13 @@ class ModelConfig:
                                           "language model of data.train_text).")
     scale_embeddings: bool = option(True, "Multiply the embeddings by sqrt(d_model) (section 3.4); GPT-2 does not.")
     init: str = option("xavier", "The initial weights: xavier (Xavier-uniform matrices, zero biases: "
-                                 "transformer.initialize) or pytorch (every module as PyTorch builds it, as "
-                                 "the study notes' make_model leaves it: nn.Linear weights and biases "
-                                 "U(-1/sqrt(fan_in), 1/sqrt(fan_in)), token embeddings N(0, 1), which "
-                                 "times sqrt(d_model) outweigh the positional encoding).", shape=False)
+                                 "transformer.initialize); pytorch (every module as PyTorch builds it: "
+                                 "nn.Linear weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), token "
+                                 "embeddings N(0, 1), which times sqrt(d_model) outweigh the positional "
+                                 "encoding); or notes (the study notes' make_model exactly: pytorch's draws, "
+                                 "but one Linear deep-copied into W^Q, W^K, W^V and W^O, one attention into "
+                                 "every attention and one feed-forward network into every layer, nothing "
+                                 "re-drawn).", shape=False)
     layer_norm: str = option("pytorch", "The layer normalisation: pytorch (nn.LayerNorm, (x - mean) / sqrt(var + "
                                         "1e-5), the biased variance) or annotated (the Annotated Transformer's "
                                         "and the study notes' own, a_2 (x - mean) / (std + 1e-6) + b_2 with the "

@@ -47,7 +47,7 @@ def test_the_notes_row_is_the_notes_recipe() -> None:
     m, d, t, decode = cfg.model, cfg.data, cfg.train, cfg.decode
     assert (m.n_layers, m.n_decoder_layers, m.d_model, m.d_ff, m.n_heads) == (2, 2, 128, 256, 4)
     assert (m.dropout, m.attention_p, m.activation_p) == (0.1, 0.1, 0.1)  # MultiHeadedAttention(h, d_model)'s 0.1 too
-    assert m.norm_first and m.init == "pytorch" and m.scale_embeddings and m.positional == "sinusoidal"
+    assert m.norm_first and m.init == "notes" and m.scale_embeddings and m.positional == "sinusoidal"
     assert not m.tie_embeddings and not m.share_vocab
     torch.manual_seed(0)
     model = build_model(replace(m, src_vocab_size=3000, tgt_vocab_size=2000))
@@ -69,20 +69,27 @@ def test_the_notes_row_is_the_notes_recipe() -> None:
 
 
 def test_their_hypotheses_and_each_fix_change_only_what_they_say() -> None:
-    """Every row but the notes' own is the notes' recipe with its own overrides and nothing
-    else: experiment 2 is 10,000 pairs at d_model 512 and d_ff 1,024 for 30 of its epochs,
-    a fix changes its keys only, a Table 3 row changes `all_fixes` in its keys only."""
+    """Every row but the notes' own is its base's recipe with its own overrides and nothing
+    else: `+independent_init` draws each module on its own; experiment 2 is 10,000 pairs at
+    d_model 512 and d_ff 1,024 for 30 of its epochs; a fix changes its keys only (from
+    `+independent_init`, where it was measured, or, decoding only, from `notes`); a Table 3
+    row changes `all_fixes` in its keys only."""
     rows, notes = ablations.rows(), resolved("notes")
+    independent = resolved("+independent_init")
+    assert changed_keys(independent, notes) == {"model.init"} and independent.model.init == "pytorch"
     ten = resolved("notes_10k")
-    assert changed_keys(ten, notes) == {"data.train_pairs", "model.d_model", "model.d_ff", "train.max_steps",
-                                        "train.valid_every"}
+    assert changed_keys(ten, independent) == {"data.train_pairs", "model.d_model", "model.d_ff", "train.max_steps",
+                                              "train.valid_every"}
     assert (ten.data.train_pairs, ten.model.d_model, ten.model.d_ff, ten.train.max_steps) == (10000, 512, 1024,
                                                                                               30 * (10000 // 32))
-    assert changed_keys(resolved("notes_n4"), notes) == {"model.n_layers"} == changed_keys(resolved("notes_n6"), notes)
+    assert changed_keys(resolved("notes_n4"), independent) == {"model.n_layers"}
+    assert changed_keys(resolved("notes_n6"), independent) == {"model.n_layers"}
     for name, (_, overrides) in ablations.FIXES.items():
-        changed = changed_keys(resolved(name), notes)
+        base = resolved(rows[name].base)
+        changed = changed_keys(resolved(name), base)
         assert changed and changed <= keys_of(overrides), name
         assert rows[name].steps == notes.train.max_steps and rows[name].checkpoint == "last"
+        assert rows[name].decode_only == all(key.startswith("decode.") for key in changed) == (rows[name].base == "notes")
     together = resolved("all_fixes")
     for name, (_, overrides) in ablations.TABLE_3.items():
         assert changed_keys(resolved(name), together) == keys_of(overrides), name
@@ -125,6 +132,12 @@ def test_a_quick_row_runs_per_seed_and_is_kept(tmp_path: Path, monkeypatch: pyte
     assert ablations.main() == 0
     records = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [(r["row"], r["seed"], r["steps"]) for r in records] == [("notes", 1, 4), ("notes", 2, 4)]
+    monkeypatch.setattr(sys, "argv", [a if a != "notes" else "notes,+beam4" for a in argv])  # decodes the notes'
+    assert ablations.main() == 0  # weights of each seed: nothing more trains
+    beams = [r for r in json.loads(capsys.readouterr().out.strip().splitlines()[-1]) if r["row"] == "+beam4"]
+    assert [(r["row"], r["seed"], r["decoded"], r["train_loss"]) for r in beams] == [
+        ("+beam4", r["seed"], r["recipe"], r["train_loss"]) for r in records]
+    assert not list(out.glob("+beam4*")) and beams[0]["recipe"] != records[0]["recipe"]
     for r in records:
         assert r["train_loss"] > 0 and 0 <= r["valid_bleu"] <= 100 and 0 <= r["test_bleu"] <= 100
         assert r["checkpoint"] == "last" and "--decode.unknown_words=pad" in r["overrides"]
@@ -146,16 +159,16 @@ def test_the_table_gives_each_rows_difference_and_flags_those_within_twice_the_s
     """A difference rounds to one place without a sign-only "-0.0", and a row within twice the
     larger seed spread of its base is named on the table's last line."""
     every = ablations.rows()
-    chosen = [every["notes"], every["+warmup"], every["+xavier"]]
+    chosen = [every["+independent_init"], every["+warmup"], every["+xavier"]]
 
     def runs(*bleus: float) -> list[dict]:
         return [{"steps": 4680, "epochs": 30.0, "parameters": 10, "train_loss": 0.5, "valid_bleu": b,
                  "test_bleu": b, "test_chrf": 30.0} for b in bleus]
 
-    table = ablations.markdown_table(chosen, {"notes": runs(12.0, 13.0, 14.0), "+warmup": runs(12.96),
+    table = ablations.markdown_table(chosen, {"+independent_init": runs(12.0, 13.0, 14.0), "+warmup": runs(12.96),
                                               "+xavier": runs(22.0)})
-    assert "| +0.0 from `notes` |" in next(line for line in table.splitlines() if "`+warmup`" in line)
-    assert "| +9.0 from `notes` |" in next(line for line in table.splitlines() if "`+xavier`" in line)
+    assert "| +0.0 from `+independent_init` |" in next(line for line in table.splitlines() if "`+warmup`" in line)
+    assert "| +9.0 from `+independent_init` |" in next(line for line in table.splitlines() if "`+xavier`" in line)
     assert table.splitlines()[-1].endswith(": `+warmup`")  # |-0.04| < 2 x 1.0; 9.0 is not
 
 
@@ -262,11 +275,11 @@ def test_the_ablations_pages_show_the_results_files_tables_and_no_other_number(p
 
 
 def test_the_doctors_costs_are_the_results_files_differences() -> None:
-    """What `doctor` says each cause cost is each row's mean difference from `notes`."""
+    """What `doctor` says each cause cost is each row's mean difference from its base."""
     from transformer_mt.diagnosis.finding import MEASURED
 
     args = argparse.Namespace(seeds=[1, 2, 3], steps=None, quick=False, data=DATA)
     every = ablations.rows()
     found = ablations.current(ablations.read_records(ablations.RESULTS), [every[row] for row in MEASURED], args)
     for row, (_, bleu) in MEASURED.items():
-        assert round(ablations.difference(row, found, "notes")[0], 1) == bleu, row
+        assert round(ablations.difference(row, found, every[row].base)[0], 1) == bleu, row

@@ -71,6 +71,7 @@ def test_embedding_scale_fires_on_pytorchs_n01_embeddings_times_sqrt_d_model() -
 
 
 def test_cloned_init_fires_on_deep_copies_and_on_copies_that_drifted() -> None:
+    assert cloned_init(case_of(init="notes")).value == pytest.approx(1.0)  # the notes' make_model
     case = case_of()
     assert cloned_init(case) is None  # independent draws
     with torch.no_grad():

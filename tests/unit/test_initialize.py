@@ -1,5 +1,6 @@
 """Initialisation: every matrix Xavier-uniform, W^Q, W^K, W^V each as its own d x d matrix; or
-with model.init: pytorch the defaults PyTorch draws, as the study notes leave them."""
+with model.init: pytorch the defaults PyTorch draws; or with model.init: notes those draws
+deep-copied as the study notes' make_model copies them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import math
 import torch
 
 from transformer_mt.config import ModelConfig
+from transformer_mt.model.attention import MultiHeadAttention
+from transformer_mt.model.layers import PositionwiseFeedForward
 from transformer_mt.model.transformer import build_model
 
 D_MODEL, D_FF = 256, 1024
@@ -168,8 +171,32 @@ def test_the_config_names_a_wrong_init_and_a_normal_embedding_under_pytorch() ->
     from transformer_mt.config import ConfigError, load_config
 
     assert load_config("tiny", ["--model.init=pytorch"]).model.init == "pytorch"
-    with pytest.raises(ConfigError, match=r"^--model.init=kaiming: must be one of xavier, pytorch$"):
+    with pytest.raises(ConfigError, match=r"^--model.init=kaiming: must be one of xavier, pytorch, notes$"):
         load_config("tiny", ["--model.init=kaiming"])
     with pytest.raises(ConfigError, match=r"^--model.embedding_init=normal: normal redraws the embedding of "
                                           r"model.init: xavier only; model.init: pytorch keeps"):
         load_config("tiny", ["--model.init=pytorch", "--model.embedding_init=normal"])
+
+
+def test_notes_init_deep_copies_one_linear_one_attention_and_one_feed_forward() -> None:
+    """model.init: notes is the study notes' make_model: `clones(nn.Linear(d, d), 4)` makes
+    W^Q = W^K = W^V = W^O (biases too), `c(attn)` puts that attention in every self- and
+    cross-attention, `c(ff)` one feed-forward network in every layer; the draws are
+    PyTorch's (U(-1/sqrt(d), 1/sqrt(d)) for the Linear, N(0, 1) for the embeddings)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=2, d_model=D_MODEL, d_ff=256, n_heads=4, src_vocab_size=3000,
+                                    tgt_vocab_size=2000, share_vocab=False, tie_embeddings=False, init="notes"))
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attentions) == 2 + 2 * 2
+    weight, bias = attentions[0].out_proj.weight, attentions[0].out_proj.bias
+    for attention in attentions:
+        assert all(torch.equal(part, weight) for part in attention.in_proj.weight.chunk(3))
+        assert all(torch.equal(part, bias) for part in attention.in_proj.bias.chunk(3))
+        assert torch.equal(attention.out_proj.weight, weight) and torch.equal(attention.out_proj.bias, bias)
+    feed_forwards = [m for m in model.modules() if isinstance(m, PositionwiseFeedForward)]
+    assert len(feed_forwards) == 4 and all(
+        torch.equal(f.w_1.weight, feed_forwards[0].w_1.weight) and torch.equal(f.w_2.bias, feed_forwards[0].w_2.bias)
+        for f in feed_forwards)
+    bound = 1 / math.sqrt(D_MODEL)
+    assert float(weight.abs().max()) <= bound and abs(float(weight.std()) - bound / math.sqrt(3)) < 0.1 * bound
+    assert abs(float(model.src_embed.lut.weight.std()) - 1.0) < 0.02

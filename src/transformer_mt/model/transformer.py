@@ -12,6 +12,7 @@ from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.decoder import Decoder
 from transformer_mt.model.embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding
 from transformer_mt.model.encoder import Encoder
+from transformer_mt.model.layers import PositionwiseFeedForward
 
 
 # A generator bias this low marks an output the model never gives probability to: exp of it
@@ -161,8 +162,34 @@ def init_weights(model: nn.Module, cfg: ModelConfig) -> None:
     at d_model 128) against the positional encoding's 0.71."""
     if cfg.init == "xavier":
         initialize(model, cfg.embedding_init)
+    elif cfg.init == "notes":
+        copy_like_make_model(model)
     elif cfg.init != "pytorch":
-        raise ValueError(f"model.init must be 'xavier' or 'pytorch', got {cfg.init!r}")
+        raise ValueError(f"model.init must be 'xavier', 'pytorch' or 'notes', got {cfg.init!r}")
+
+
+@torch.no_grad()
+def copy_like_make_model(model: nn.Module) -> None:
+    """The initial weights of the study notes' make_model (model.init: notes): PyTorch's
+    draws, but `clones(nn.Linear(d_model, d_model), 4)` deep-copies one Linear into W^Q, W^K,
+    W^V and W^O, `c(attn)` one MultiHeadedAttention into every self- and cross-attention,
+    `c(ff)` one feed-forward network into every layer, and nothing re-draws them (their
+    Modular_Transformer.py dropped the Annotated Transformer's Xavier loop): at step 0 every
+    attention computes one function with Q = K = V, and the layers of a stack are equal.
+    Embeddings (N(0, 1)) and the generator keep their own draws. The first attention's W^Q
+    and the first feed-forward network are the ones copied."""
+    attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    feed_forwards = [m for m in model.modules() if isinstance(m, PositionwiseFeedForward)]
+    first = attentions[0]
+    d_model = first.d_model
+    weight, bias = first.in_proj.weight[:d_model].clone(), first.in_proj.bias[:d_model].clone()  # one Linear(d, d)
+    for attention in attentions:
+        attention.in_proj.weight.copy_(weight.repeat(3, 1))
+        attention.in_proj.bias.copy_(bias.repeat(3))
+        attention.out_proj.weight.copy_(weight)
+        attention.out_proj.bias.copy_(bias)
+    for feed_forward in feed_forwards[1:]:
+        feed_forward.load_state_dict(feed_forwards[0].state_dict())
 
 
 def initialize(model: nn.Module, embedding_init: str = "xavier") -> None:
