@@ -143,6 +143,10 @@ FIXES = {  # one change each from the notes' recipe
     "+no_dropout": ("no dropout", ("--model.dropout=0", "--model.attention_dropout=0", "--model.activation_dropout=0")),
 }
 TOGETHER = ("+xavier", "+unk", "+bpe", "+all_pairs", "+warmup", "+smoothing", "+beam4", "+tied", "+paper_dropout")
+# The fixes of `all_fixes` applied one after another from `notes`, in the order of what each
+# gained on its own (the table of single changes): the ladder's last rung is `all_fixes`.
+LADDER = ("+xavier", "+all_pairs", "+bpe", "+beam4", "+smoothing", "+warmup", "+paper_dropout", "+unk", "+tied")
+LEFT_OUT = ("+tied", "+warmup", "+bpe")  # `all_fixes` without each of these
 TABLE_3 = {
     "A_h1": ("(A) h = 1", ("--model.n_heads=1",)),
     "A_h8": ("(A) h = 8", ("--model.n_heads=8",)),
@@ -166,7 +170,7 @@ PAPER_TABLE_3 = {
     "D_ls0": "(D) eps_ls 0.0: 25.3", "D_ls02": "(D) eps_ls 0.2: 25.7", "E_learned": "(E) learned positions: 25.7",
 }
 GROUPS = {"notes": "the notes' recipe", "fix": "one fix from it", "together": "all together",
-          "table3": "Table 3 at CPU scale"}
+          "table3": "Table 3 at CPU scale", "ladder": "the fixes one after another"}
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,26 @@ def rows() -> dict[str, Row]:
     ]
     found += [Row(name, what, "table3", together + overrides, steps, base="all_fixes")
               for name, (what, overrides) in TABLE_3.items()]
-    return {row.name: row for row in found}
+    return {row.name: row for row in found + ladder(steps)}
+
+
+def ladder(steps: int) -> list[Row]:
+    """The ladder's rungs (`L1+xavier` ... `L9+tied`, the last `all_fixes` itself: its records
+    are the rung's), each its predecessor with one more fix (a decoding fix decodes the
+    predecessor's runs); then `all_fixes` without each fix of LEFT_OUT."""
+    rungs, overrides, base = [], NOTES, "notes"
+    for number, fix in enumerate(LADDER, start=1):
+        overrides = overrides + FIXES[fix][1]
+        name = f"L{number}{fix}"
+        last = number == len(LADDER)
+        rungs.append(Row(name, f"{base} and {fix}", "ladder", overrides, steps, base=base,
+                         formerly=("all_fixes",) if last else (), decode_only=fix in DECODE_ONLY))
+        base = name
+    for fix in LEFT_OUT:
+        kept = NOTES + tuple(o for name in TOGETHER if name != fix for o in FIXES[name][1])
+        rungs.append(Row(f"all_fixes-{fix[1:]}", f"all_fixes without {fix}", "ladder", kept, steps,
+                         base="all_fixes"))
+    return rungs
 
 
 def data_overrides(folder: Path) -> list[str]:
@@ -428,7 +451,8 @@ def draw_chart(chosen: list[Row], found: dict[str, list[dict]], path: Path) -> N
     shown = [row for row in chosen if found[row.name]][::-1]
     fig = Figure(figsize=(9, 0.32 * len(shown) + 1.8), dpi=100, layout="constrained")
     ax = fig.subplots()
-    colours = {"notes": "tab:red", "fix": "tab:blue", "together": "tab:purple", "table3": "tab:green"}
+    colours = {"notes": "tab:red", "fix": "tab:blue", "together": "tab:purple", "table3": "tab:green",
+               "ladder": "tab:orange"}
     stats = [mean_sd([r["test_bleu"] for r in found[row.name]]) for row in shown]
     bars = ax.barh([row.name for row in shown], [m for m, _ in stats], xerr=[sd or 0 for _, sd in stats],
                    color=[colours[row.group] for row in shown])
@@ -442,7 +466,8 @@ def draw_chart(chosen: list[Row], found: dict[str, list[dict]], path: Path) -> N
     fig.savefig(path)
 
 
-GROUP_NAMES = {"study": ("notes", "fix", "together"), "table3": ("table3",), "all": tuple(GROUPS)}
+GROUP_NAMES = {"study": ("notes", "fix", "together"), "table3": ("table3",), "ladder": ("ladder",),
+               "all": tuple(GROUPS)}
 
 
 def choose(text: str | None, every: dict[str, Row], parser: argparse.ArgumentParser) -> list[Row]:

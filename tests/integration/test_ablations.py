@@ -283,3 +283,20 @@ def test_the_doctors_costs_are_the_results_files_differences() -> None:
     found = ablations.current(ablations.read_records(ablations.RESULTS), [every[row] for row in MEASURED], args)
     for row, (_, bleu) in MEASURED.items():
         assert round(ablations.difference(row, found, every[row].base)[0], 1) == bleu, row
+
+
+def test_the_ladder_adds_one_fix_a_rung_and_ends_at_all_fixes() -> None:
+    """Each rung is its predecessor with one fix's keys changed (a decoding fix decodes the
+    predecessor's runs), the last rung is `all_fixes` itself (its records count), and each
+    leave-one-out row is `all_fixes` without one fix's keys."""
+    rows = ablations.rows()
+    rungs = [row for row in rows.values() if row.name.startswith("L")]
+    assert [row.name.split("+", 1)[1] for row in rungs] == [fix[1:] for fix in ablations.LADDER]
+    for row in rungs:
+        fix = "+" + row.name.split("+", 1)[1]
+        changed = changed_keys(resolved(row.name), resolved(row.base))
+        assert changed and changed <= keys_of(ablations.FIXES[fix][1]), row.name
+        assert row.decode_only == (fix in ablations.DECODE_ONLY)
+    assert resolved(rungs[-1].name) == resolved("all_fixes") and rungs[-1].formerly == ("all_fixes",)
+    for fix in ablations.LEFT_OUT:
+        assert changed_keys(resolved(f"all_fixes-{fix[1:]}"), resolved("all_fixes")) <= keys_of(ablations.FIXES[fix][1])

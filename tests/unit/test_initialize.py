@@ -188,7 +188,7 @@ def test_notes_init_deep_copies_one_linear_one_attention_and_one_feed_forward() 
                                     tgt_vocab_size=2000, share_vocab=False, tie_embeddings=False, init="notes"))
     attentions = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     assert len(attentions) == 2 + 2 * 2
-    weight, bias = attentions[0].out_proj.weight, attentions[0].out_proj.bias
+    weight, bias = attentions[0].out_proj.weight.detach(), attentions[0].out_proj.bias.detach()
     for attention in attentions:
         assert all(torch.equal(part, weight) for part in attention.in_proj.weight.chunk(3))
         assert all(torch.equal(part, bias) for part in attention.in_proj.bias.chunk(3))

@@ -9,7 +9,6 @@ the translations and the teacher-forced losses are computed once, when a check f
 from __future__ import annotations
 
 import functools
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -140,7 +139,6 @@ def config_case(target: str, overrides: Sequence[str]) -> Case:
     model_cfg = replace(cfg.model, src_vocab_size=cfg.model.src_vocab_size or size,
                         tgt_vocab_size=cfg.model.tgt_vocab_size or size)
     torch.manual_seed(cfg.train.seed)
-    random.seed(cfg.train.seed)
     cfg = replace(cfg, model=model_cfg)
     return Case(target, cfg, build_model(model_cfg).eval(), trained=False)
 
