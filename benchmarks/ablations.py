@@ -54,6 +54,7 @@ rows in its own format; this script neither reads nor writes it.
     python benchmarks/ablations.py --rows notes --seeds 1
     python benchmarks/ablations.py --rows notes_10k --seeds 1 --checkpoint-every 1872   # over an hour: resumable
     python benchmarks/ablations.py --markdown --chart docs/ablations.png   # the table, from the results only
+    python benchmarks/ablations.py --rows ladder --markdown --chart docs/ablations_ladder.png
     python benchmarks/ablations.py --quick                  # a smoke run: 200 steps, 2,000 pairs
     python benchmarks/ablations.py --rows notes,all_fixes --seeds 1 --doctor   # what `doctor` says of them
 
@@ -462,7 +463,9 @@ def draw_chart(chosen: list[Row], found: dict[str, list[dict]], path: Path) -> N
     handles = [Patch(color=colours[group], label=label) for group, label in GROUPS.items()]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=4, fontsize=8)
     ax.set_xlabel("BLEU, Multi30k de->en test_2016 (cased sacreBLEU), mean and spread over seeds")
-    ax.set_title("The study notes' recipe, their hypotheses, and each fix from it")
+    ax.set_title("The fixes of all_fixes one after another, from the notes' recipe"
+                 if all(row.group == "ladder" for row in shown) else
+                 "The study notes' recipe, their hypotheses, and each fix from it")
     fig.savefig(path)
 
 

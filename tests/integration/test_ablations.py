@@ -253,7 +253,7 @@ def backed_numbers(chosen: list, found: dict[str, list[dict]]) -> set[str]:
     return backed
 
 
-TABLES = ("study", "all_fixes,table3")  # the pages' two tables, as `--rows` names their rows
+TABLES = ("study", "all_fixes,table3", "ladder")  # the pages' tables, as `--rows` names their rows
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from transformer_mt.data.tokenizer import OneVocabulary
+from transformer_mt.data.tokenizer import OneFile, OneVocabulary
 from transformer_mt.errors import UserError
 from transformer_mt.files import atomic_write_text
 
@@ -72,10 +72,11 @@ def read_vocab(path: Path) -> dict[str, int]:
     return vocab
 
 
-class ByteLevelBPETokenizer(OneVocabulary):
+class ByteLevelBPETokenizer(OneVocabulary, OneFile):
     """Text <-> GPT-2 ids (the `Tokenizer` protocol of data/tokenizer.py), over a
     `tokenizers.Tokenizer`: BPE model, ByteLevel pre-tokenizer and decoder, and
-    "<|endoftext|>" as a special token. Source and target are one vocabulary."""
+    "<|endoftext|>" as a special token. Source and target are one vocabulary, kept with the
+    merges and rules in gpt2_tokenizer.json alone."""
 
     file_name = GPT2_TOKENIZER_FILE
 
@@ -107,15 +108,6 @@ class ByteLevelBPETokenizer(OneVocabulary):
             else:
                 backend.add_tokens([tokenizers.AddedToken(piece)])
         return cls(backend)
-
-    @classmethod
-    def files(cls, path: Path) -> list[Path]:
-        """gpt2_tokenizer.json alone: the vocabulary, merges and rules in one file."""
-        return [path]
-
-    @classmethod
-    def encoding_files(cls, path: Path) -> list[Path]:
-        return [path]
 
     @classmethod
     def from_file(cls, path: Path) -> "ByteLevelBPETokenizer":

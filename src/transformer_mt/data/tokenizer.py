@@ -95,6 +95,19 @@ class OneVocabulary:
         return len(self)
 
 
+class OneFile:
+    """For a tokenizer kept whole in its naming file: the only file it is made of, and the
+    only one its ids depend on."""
+
+    @classmethod
+    def files(cls, path: Path) -> list[Path]:
+        return [path]
+
+    @classmethod
+    def encoding_files(cls, path: Path) -> list[Path]:
+        return [path]
+
+
 def load_sentencepiece(path: Path, if_missing: str) -> spm.SentencePieceProcessor:
     """A sentencepiece model from `path`; a missing or foreign file is one UserError line
     (`if_missing` says what to do about a missing one)."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.data.tokenizer import OneFile
 from transformer_mt.errors import UserError
 from transformer_mt.files import read_json_file
 
@@ -96,7 +97,7 @@ class Side:
         return [self.ids.get(word, unknown) for word in line.split()]
 
 
-class WordVocabTokenizer:
+class WordVocabTokenizer(OneFile):
     """Text <-> ids with a source and a target word vocabulary (the `Tokenizer` protocol of
     data/tokenizer.py): separate id spaces, so the model has two embeddings."""
 
@@ -105,14 +106,6 @@ class WordVocabTokenizer:
     def __init__(self, source: dict[str, int], target: dict[str, int], max_len: int) -> None:
         self.source, self.target = Side(source), Side(target)
         self.max_len = max_len
-
-    @classmethod
-    def files(cls, path: Path) -> list[Path]:
-        return [path]
-
-    @classmethod
-    def encoding_files(cls, path: Path) -> list[Path]:
-        return [path]
 
     @classmethod
     def from_file(cls, path: Path) -> "WordVocabTokenizer":
