@@ -417,29 +417,61 @@ def difference(name: str, found: dict[str, list[dict]], base: str) -> tuple[floa
     return statistics.fmean(mine) - statistics.fmean(theirs), max(spreads) if spreads else None
 
 
-def markdown_table(chosen: list[Row], found: dict[str, list[dict]]) -> str:
+# The table in Chinese (docs/ablations.zh.md): its header, its last line, and each row's change.
+HEADER = {"en": "| row | what changed | seeds | steps | epochs | parameters | training loss | valid BLEU | test BLEU "
+                "| test chrF | test BLEU from base | the paper's Table 3 |",
+          "zh": "| 行 | 改了什么 | 种子数 | 步数 | epoch | 参数量 | 训练损失 | 验证 BLEU | 测试 BLEU | 测试 chrF "
+                "| 相对基准的测试 BLEU | 论文表 3 |"}
+UNSURE = {"en": "Differences under twice the larger seed spread (or with one seed): ",
+          "zh": "差值小于较大种子波动的两倍（或只有一个种子）的行："}
+WHAT_ZH = {
+    "notes": "笔记的第一次实验，照原样（包括深拷贝）", "+independent_init": "每个模块各自用 PyTorch 默认方式抽取，不深拷贝",
+    "notes_10k": "笔记的第二次实验：10,000 个句对，d_model 512，d_ff 1,024", "notes_n4": "N = 4", "notes_n6": "N = 6",
+    "notes_d512": "d_model 512，d_ff 1,024", "+xavier": "Xavier 均匀初始化（本工具包的默认）",
+    "+normal_embedding": "Xavier 矩阵，词嵌入 N(0, 1/d_model)（tensor2tensor、fairseq）",
+    "+unscaled_embedding": "PyTorch 的 N(0, 1) 词嵌入不乘 sqrt(d_model)：与位置编码同一尺度",
+    "+unk": "未登录的源端词记为 <unk>，不屏蔽", "+bpe": "一个共享的 8,000 BPE 词表",
+    "+all_pairs": "全部 29,000 个句对，同样 4,680 步（5.2 个 epoch）",
+    "+warmup": "论文的 Adam（0.9/0.98/1e-9）和学习率，公式 3，warmup 468 步（峰值 4.1e-3）",
+    "+smoothing": "标签平滑 0.1", "+beam4": "束宽 4，长度惩罚 0.6", "+tied": "输出层与目标端词嵌入共享",
+    "+paper_dropout": "dropout 0.1 只用在子层输出和嵌入之和上（5.4 节）", "+no_dropout": "不用 dropout",
+    "all_fixes": "全部一起：+xavier、+unk、+bpe、+all_pairs、+warmup、+smoothing、+beam4、+tied、+paper_dropout",
+    "ours": "multi30k_de_en 预设，不限训练时间", "E_learned": "(E) 学习的位置表",
+}
+
+
+def what_in(row: Row, language: str) -> str:
+    """The row's change in `language` (en or zh): the ladder's rungs and the rows left out
+    of all_fixes say theirs from their names; Table 3's rows are the paper's own labels."""
+    if language == "en":
+        return row.what
+    if row.group == "ladder":
+        base, fix = row.what.split(" ", 1)[0], row.what.rsplit(" ", 1)[-1]
+        return f"{base} 再加 {fix}" if row.name.startswith("L") else f"all_fixes 去掉 {fix}"
+    return WHAT_ZH.get(row.name, row.what.replace("label smoothing", "标签平滑"))
+
+
+def markdown_table(chosen: list[Row], found: dict[str, list[dict]], language: str = "en") -> str:
     """The rows' means ± seed spreads as a Markdown table, and which differences are under
-    twice the spread (those rows want more seeds)."""
-    lines = ["| row | what changed | seeds | steps | epochs | parameters | training loss | valid BLEU | test BLEU "
-             "| test chrF | test BLEU from base | the paper's Table 3 |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    twice the spread (those rows want more seeds); `language` en or zh."""
+    lines = [HEADER[language], "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     unsure = []
     for row in chosen:
         rs = found[row.name]
         if not rs:
-            lines.append(f"| `{row.name}` | {row.what} | 0 | | | | | | | | | |")
+            lines.append(f"| `{row.name}` | {what_in(row, language)} | 0 | | | | | | | | | |")
             continue
         diff = difference(row.name, found, row.base) if row.base else None
         if diff is not None and (diff[1] is None or abs(diff[0]) < 2 * diff[1]):
             unsure.append(row.name)
-        change = f"{round(diff[0], 1) + 0.0:+.1f} from `{row.base}`" if diff is not None else ""  # no "-0.0"
-        lines.append(f"| `{row.name}` | {row.what} | {len(rs)} | {rs[0]['steps']:,} | {rs[0]['epochs']:.1f} "
+        value = f"{round(diff[0], 1) + 0.0:+.1f}" if diff is not None else ""  # no "-0.0"
+        change = (f"{value} from `{row.base}`" if language == "en" else f"相对 `{row.base}` {value}") if value else ""
+        lines.append(f"| `{row.name}` | {what_in(row, language)} | {len(rs)} | {rs[0]['steps']:,} | {rs[0]['epochs']:.1f} "
                      f"| {rs[0]['parameters']:,} | {cell([r['train_loss'] for r in rs], 2)} "
                      f"| {cell([r['valid_bleu'] for r in rs])} | {cell([r['test_bleu'] for r in rs])} "
                      f"| {cell([r['test_chrf'] for r in rs])} | {change} | {PAPER_TABLE_3.get(row.name, '')} |")
     if unsure:
-        lines += ["", "Differences under twice the larger seed spread (or with one seed): "
-                  + ", ".join(f"`{name}`" for name in unsure)]
+        lines += ["", UNSURE[language] + ("、" if language == "zh" else ", ").join(f"`{name}`" for name in unsure)]
     return "\n".join(lines)
 
 
@@ -460,7 +492,8 @@ def draw_chart(chosen: list[Row], found: dict[str, list[dict]], path: Path) -> N
     ax.bar_label(bars, labels=[f"{m:.1f}" for m, _ in stats], fontsize=8, padding=2)
     if found.get("notes"):
         ax.axvline(mean_sd([r["test_bleu"] for r in found["notes"]])[0], color="gray", linestyle=":", linewidth=1)
-    handles = [Patch(color=colours[group], label=label) for group, label in GROUPS.items()]
+    handles = [Patch(color=colours[group], label=label) for group, label in GROUPS.items()
+               if any(row.group == group for row in shown)]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=4, fontsize=8)
     ax.set_xlabel("BLEU, Multi30k de->en test_2016 (cased sacreBLEU), mean and spread over seeds")
     ax.set_title("The fixes of all_fixes one after another, from the notes' recipe"
@@ -502,6 +535,8 @@ def parse_args() -> tuple[argparse.Namespace, list[Row]]:
     parser.add_argument("--quick", action="store_true", help="at most 200 steps, 2,000 pairs, outputs of at most 10")
     parser.add_argument("--show", action="store_true", help="print each row's resolved config and train nothing")
     parser.add_argument("--markdown", action="store_true", help="print the table of the results file; train nothing")
+    parser.add_argument("--language", choices=("en", "zh"), default="en", help="the table's language (zh: "
+                        "docs/ablations.zh.md's)")
     parser.add_argument("--chart", type=Path, help="draw the results' test BLEU to this PNG; train nothing")
     parser.add_argument("--json", action="store_true", help="last line: the chosen rows' records as JSON")
     parser.add_argument("--doctor", action="store_true", help=f"after training, examine each run with "
@@ -550,7 +585,7 @@ def main() -> int:
                 append_record(DOCTOR, examine(row, seed, args))
     found = current(read_records(args.results), chosen, args)
     if args.markdown:
-        print(markdown_table(chosen, found))
+        print(markdown_table(chosen, found, args.language))
     if args.chart:
         draw_chart(chosen, found, args.chart)
     if args.json:

@@ -258,17 +258,18 @@ TABLES = ("study", "all_fixes,table3", "ladder")  # the pages' tables, as `--row
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_the_ablations_pages_show_the_results_files_tables_and_no_other_number(page: Path) -> None:
-    """The page holds `--markdown`'s tables of the committed results (the study's rows, and
-    Table 3's rows with the row they change), and every decimal in its prose is a number
-    those results back (a claim without its run fails here)."""
+    """The page holds `--markdown`'s tables of the committed results in its language (the
+    study's rows, Table 3's rows with the row they change, the ladder), and every decimal in
+    its prose is a number those results back (a claim without its run fails here)."""
     every, records = ablations.rows(), ablations.read_records(ablations.RESULTS)
     args = ablations.argparse.Namespace(data=ablations.DATA, seeds=[1, 2, 3], steps=None, quick=False)
     prose, backed = page.read_text(encoding="utf-8"), set()
+    language = "zh" if page.name.endswith(".zh.md") else "en"
     for names in TABLES:
         chosen = ablations.choose(names, every, None)
         found = ablations.current(records, chosen, args)
-        table = ablations.markdown_table(chosen, found)
-        assert table in prose, f"--rows {names} --markdown"
+        table = ablations.markdown_table(chosen, found, language)
+        assert table in prose, f"--rows {names} --markdown --language {language}"
         prose = prose.replace(table, "")
         backed |= backed_numbers(chosen, found)
     assert sorted(set(DECIMAL.findall(prose)) - backed) == []
