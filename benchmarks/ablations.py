@@ -289,9 +289,9 @@ def last_epoch_loss(events: list[dict], steps_per_epoch: int) -> float | None:
     return sum(losses) / len(losses) if losses else None
 
 
-def run_folder(row: Row, seed: int, args: argparse.Namespace) -> Path:
-    """Where the run of `row` and `seed` trains (named by its recipe's fingerprint)."""
-    return args.out / f"{row.name}_seed{seed}_{recipe(row_config(row, args.data, seed, args.steps, args.quick))}"
+def run_folder(args: argparse.Namespace, row: Row, seed: int, fingerprint: str) -> Path:
+    """Where the run of `row` and `seed` trains: under --out, named by its recipe's fingerprint."""
+    return args.out / f"{row.name}_seed{seed}_{fingerprint}"
 
 
 def decode_and_score(row: Row, seed: int, args: argparse.Namespace, records: list[dict]) -> dict:
@@ -299,8 +299,8 @@ def decode_and_score(row: Row, seed: int, args: argparse.Namespace, records: lis
     row's decode.* settings on validation and test_2016: its record, with the base's
     training numbers (the same weights) and a difference free of training noise."""
     base = rows()[row.base]
-    trained = record_of(records, base, seed, args)
-    run = run_folder(base, seed, args)
+    trained = record_of(records, base, seed, args)  # of today's recipe of `base`
+    run = run_folder(args, base, seed, recipe(row_config(base, args.data, seed, args.steps, args.quick)))
     if trained is None or not (run / "config.yaml").is_file():
         raise SystemExit(f"{row.name} decodes the run of {base.name} seed {seed}: train it first "
                          f"(--rows {base.name} --seeds {seed}; its folder {run} must be there)")
@@ -328,7 +328,7 @@ def train_and_score(row: Row, seed: int, args: argparse.Namespace) -> dict:
     fingerprint = recipe(cfg)
     if args.checkpoint_every:  # after the fingerprint: validations and checkpoints change no weight
         cfg = replace(cfg, train=replace(cfg.train, valid_every=args.checkpoint_every))
-    run = run_folder(row, seed, args)
+    run = run_folder(args, row, seed, fingerprint)
     start = time.perf_counter()
     trainer = fit(cfg, run, progress=False)
     events = read_events(run / "metrics.jsonl")
@@ -351,7 +351,7 @@ def train_and_score(row: Row, seed: int, args: argparse.Namespace) -> dict:
 def examine(row: Row, seed: int, args: argparse.Namespace) -> dict:
     """The doctor's report on the run of `row` and `seed` (its validation set): a record."""
     fingerprint = recipe(row_config(row, args.data, seed, args.steps, args.quick))
-    report = diagnose(open_case(str(run_folder(row, seed, args))))
+    report = diagnose(open_case(str(run_folder(args, row, seed, fingerprint))))
     print(f"doctor {row.name} seed {seed}: {', '.join(f.id for f in report.findings) or 'nothing found'}")
     return {"row": row.name, "seed": seed, "recipe": fingerprint, "report": report.to_dict(),
             "date": date.today().isoformat(), "torch": torch.__version__}

@@ -1,5 +1,6 @@
-"""The one atomic-write helper (and the one JSON reader with one-line errors): every file a user relies on (config, tokenizer,
-checkpoints, weights, corpora the toolkit generates, translations) is written through it.
+"""The one atomic-write helper: every file a user relies on (config, tokenizer,
+checkpoints, weights, corpora the toolkit generates, translations) is written through it;
+and the one JSON reader whose errors are one line (`read_json_file`).
 
 The content goes to a temporary file in the same folder, is flushed and fsynced, then
 renamed over the final name, and the folder is fsynced so the rename survives a power

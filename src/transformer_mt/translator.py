@@ -206,24 +206,20 @@ class Translator:
         return framed
 
     def source_pieces(self, sentence: str) -> list[str]:
-        """The pieces of what the encoder reads for `sentence` (eos included, where the framing
-        keeps it), one per encoder position: the labels of the source side on the page."""
-        ids = self.tokenizer.encode([sentence])[0]
-        framed = self.encoder_input(ids)
-        pieces = self.tokenizer.pieces(sentence)
-        if framed[-1] == EOS_ID and len(framed) <= len(ids):  # an eos put after the cut
-            return pieces[: len(framed) - 1] + self.tokenizer.source_id_to_piece([EOS_ID])
-        return (pieces + self.tokenizer.source_id_to_piece([EOS_ID]))[: len(framed)]
+        """The pieces of what the encoder reads for `sentence`, one per encoder position (the
+        source side's labels on the page): framed as its ids are, eos as its piece."""
+        eos = self.tokenizer.source_id_to_piece([EOS_ID])[0]
+        return self.encoder_input(self.tokenizer.pieces(sentence), eos)
 
-    def encoder_input(self, ids: list[int]) -> list[int]:
-        """What the encoder reads for a sentence's subword ids: the ids cut to what the
-        positional table allows, then eos; or, where the tokenizer frames its sources its
-        own way (`frame_source`: the study notes' <sos> ... <eos> cut at their max_len,
-        data/word_vocab_tokenizer.py), its frame, within the positional table."""
+    def encoder_input(self, ids: list, eos: Any = EOS_ID) -> list:
+        """What the encoder reads for a sentence's subword ids (or, with `eos` a piece, their
+        pieces): cut to what the positional table allows, then eos; or, where the tokenizer
+        frames its sources its own way (`frame_source`: the study notes' <sos> ... <eos> cut
+        at their max_len, data/word_vocab_tokenizer.py), its frame, within the table."""
         frame = getattr(self.tokenizer, "frame_source", None)
         if frame is not None:
-            return frame(ids)[: self.max_source + 1]
-        return ids[: self.max_source] + [EOS_ID]
+            return frame(ids, eos)[: self.max_source + 1]
+        return ids[: self.max_source] + [eos]
 
     @staticmethod
     def _batches(ids: list[list[int]], batch_tokens: int) -> list[list[int]]:

@@ -8,7 +8,7 @@ and target vocabularies, data/separate_tokenizer.py), MarianTokenizer (an import
 OPUS-MT vocabulary, data/marian_tokenizer.py), ByteLevelBPETokenizer (an imported GPT-2's
 byte-level BPE, data/gpt2_tokenizer.py) and WordVocabTokenizer (the word vocabularies of an
 imported Annotated Transformer, data/word_vocab_tokenizer.py). A tokenizer that frames its
-sources its own way has `frame_source(ids)`: the encoder's whole input (the translator
+sources its own way has `frame_source(ids, eos)`: the encoder's whole input (the translator
 otherwise appends eos). data/tokenizers.py picks one from a run's
 files. No implementation imports that registry, and this module imports none of them, so
 they import without a cycle."""

@@ -133,10 +133,11 @@ class WordVocabTokenizer(OneFile):
         """Source sentences -> `<sos>` and the words' ids (the eos comes with the framing)."""
         return [[BOS_ID] + self.source.encode(line, UNK_ID) for line in lines]
 
-    def frame_source(self, ids: list[int]) -> list[int]:
-        """The encoder's input for `encode`'s ids: with `<eos>`, cut to the first max_len ids
-        (their encode_sentence, without the padding it adds to max_len: padding is masked)."""
-        return (ids + [EOS_ID])[: self.max_len]
+    def frame_source(self, ids: list, eos: Any = EOS_ID) -> list:
+        """The encoder's input for `encode`'s ids (or their pieces, `eos` then the end's
+        piece): with `<eos>`, cut to the first max_len (their encode_sentence, without the
+        padding it adds to max_len: padding is masked)."""
+        return (ids + [eos])[: self.max_len]
 
     def encode_target(self, lines: list[str]) -> list[list[int]]:
         """Target sentences -> ids (no bos/eos); an unknown word is <unk> if the vocabulary

@@ -13,10 +13,15 @@ from transformer_mt.diagnosis.finding import Finding, cost
 RECENT = 50  # training steps whose mean loss is "the training loss"
 
 
+def train_losses(case: Case) -> list[float]:
+    """The loss of every logged training step, in order."""
+    return [e["loss"] for e in case.events if e.get("event") == "train" and "loss" in e]
+
+
 def training_loss(case: Case) -> float | None:
     """The mean loss of the last RECENT logged steps, or the loss an imported checkpoint
     carried (the notes save their last epoch's mean)."""
-    losses = [e["loss"] for e in case.events if e.get("event") == "train" and "loss" in e]
+    losses = train_losses(case)
     if losses:
         return sum(losses[-RECENT:]) / len(losses[-RECENT:])
     loss = case.imported.get("loss")
@@ -69,7 +74,7 @@ def schedule(case: Case) -> Finding | None:
                        f"a post-norm model (model.norm_first false) at a constant rate of {cfg.train.lr:g} from the "
                        "first step: post-norm layers need the warmup of section 5.3, or diverge",
                        "--train.schedule=paper (warmup, then inverse square root), or --model.norm_first=true")
-    losses = [e["loss"] for e in case.events if e.get("event") == "train" and "loss" in e]
+    losses = train_losses(case)
     if losses and (not all(map(math.isfinite, losses)) or losses[-1] > 1.5 * min(losses)):
         return Finding("schedule", round(losses[-1], 3), round(1.5 * min(losses), 3),
                        f"the training loss rose from {min(losses):.2f} to {losses[-1]:.2f}: training diverged",

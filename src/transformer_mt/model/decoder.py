@@ -63,7 +63,7 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(
             DecoderLayer(norm_first=norm_first, cross_attention=cross_attention, **layer_args) for _ in range(n_layers)
         )
-        self.norm = layer_norm(layer_args["d_model"], layer_args.get("norm", "pytorch")) if norm_first else nn.Identity()
+        self.norm = layer_norm(layer_args["d_model"], layer_args["norm"]) if norm_first else nn.Identity()
         self.cross_attention = cross_attention
 
     def init_cache(self) -> DecoderCache:

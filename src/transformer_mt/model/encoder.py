@@ -38,7 +38,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(
             EncoderLayer(norm_first=norm_first, **layer_args) for _ in range(n_layers)
         )
-        self.norm = layer_norm(layer_args["d_model"], layer_args.get("norm", "pytorch")) if norm_first else nn.Identity()
+        self.norm = layer_norm(layer_args["d_model"], layer_args["norm"]) if norm_first else nn.Identity()
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
         """x (B, S, d_model), src_mask (B, 1, 1, S) -> (B, S, d_model)."""
