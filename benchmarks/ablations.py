@@ -136,6 +136,8 @@ FIXES = {  # one change each from the notes' recipe
     "+warmup": (f"the paper's Adam (0.9/0.98/1e-9) and rate, equation 3 with {WARMUP} warmup steps (peak 4.1e-3)",
                 ("--train.schedule=paper", f"--train.warmup_steps={WARMUP}", "--train.lr_scale=1",
                  "--train.adam_betas=[0.9, 0.98]", "--train.adam_eps=1e-9")),
+    "+warmup_only": (f"their Adam and rate 1e-3 after a linear warmup of {WARMUP} steps (nothing else of the paper's)",
+                     ("--train.schedule=warmup_constant", f"--train.warmup_steps={WARMUP}")),
     "+smoothing": ("label smoothing 0.1", ("--train.label_smoothing=0.1",)),
     "+beam4": ("beam 4, length penalty 0.6", ("--decode.beam=4", "--decode.length_penalty=0.6")),
     "+tied": ("the generator tied to the target embedding", ("--model.tie_embeddings=true",)),

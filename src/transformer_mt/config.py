@@ -33,7 +33,7 @@ EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: 
 INITS = ("xavier", "pytorch", "notes")  # the initial weights: model/transformer.py init_weights
 LAYER_NORMS = ("pytorch", "annotated")  # the layer normalisation: model/layers.py layer_norm
 UNKNOWN_WORDS = ("unk", "pad")  # what a source word outside the vocabulary becomes: translator.py
-SCHEDULES = ("paper", "constant", "linear")  # learning-rate schedules: training/schedule.py
+SCHEDULES = ("paper", "constant", "warmup_constant", "linear")  # learning-rate schedules: training/schedule.py
 
 
 class ConfigError(ValueError):
@@ -269,11 +269,13 @@ class TrainConfig:
 
     seed: int = option(1, "Seeds the initial weights, the batch order and dropout: the same seed, the same run.")
     schedule: str = option("paper", "The learning rate: paper (equation 3, times train.lr_scale), constant "
-                                    "(train.lr at every step), or linear (the paper's warmup, then down to ~0 at "
+                                    "(train.lr at every step), warmup_constant (up to train.lr over train.warmup_steps, "
+                                    "then train.lr), or linear (the paper's warmup, then down to ~0 at "
                                     "train.max_steps).")
     lr_scale: float = option(1.0, "Multiplies the paper's learning rate d_model^-0.5 x min(step^-0.5, step x "
                                   "warmup_steps^-1.5) (equation 3), and so its peak.")
-    lr: float = option(1e-3, "The learning rate of train.schedule: constant (the other schedules do not use it).")
+    lr: float = option(1e-3, "The learning rate of train.schedule: constant and warmup_constant (the other "
+                              "schedules do not use it).")
     warmup_steps: int = option(4000, "Steps of linear warmup to the peak learning rate (section 5.3: 4000).")
     adam_betas: tuple[float, float] = option((0.9, 0.98), "Adam's beta1 and beta2 (section 5.3).")
     adam_eps: float = option(1e-9, "Adam's epsilon (section 5.3).")

@@ -78,6 +78,13 @@ def test_the_constant_schedule_is_plain_adam() -> None:
         assert before - param.item() == pytest.approx(1e-3, rel=1e-6)  # Adam moves by lr for a constant gradient
 
 
+def test_warmup_constant_rises_linearly_to_train_lr_and_stays() -> None:
+    """train.schedule: warmup_constant: lr * step / warmup_steps up to warmup_steps, then lr."""
+    schedule = make_schedule(TrainConfig(schedule="warmup_constant", lr=1e-3, warmup_steps=4), 512)
+    rates = [schedule.lr_at(Progress(step)) for step in range(1, 8)]
+    assert rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3, 1e-3])
+
+
 def test_the_fused_optimizer_updates_as_the_reference_adam() -> None:
     """make_optimizer's fused Adam (one kernel for every parameter) gives the update of
     PyTorch's reference, per-tensor Adam: 20 steps of random gradients and rates on

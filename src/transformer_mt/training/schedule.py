@@ -7,6 +7,8 @@ time, continues with exactly the rates of an uninterrupted one.
 
     paper      lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (eq. 3)
     constant   lrate = lr  (plain Adam, as most tutorials train)
+    warmup_constant  lrate = lr * min(1, step / warmup_steps): the same rate after a linear
+               warmup (a tutorial's Adam with the paper's warmup, and nothing else of its schedule)
     linear     the paper's warmup to its peak, then a straight line down to (almost) zero
                at train.max_steps (a budgeted run does the same in time: training/budget.py)
 """
@@ -53,12 +55,14 @@ class PaperSchedule:
 
 @dataclass(frozen=True)
 class ConstantSchedule:
-    """The same learning rate at every step."""
+    """The same learning rate at every step after `warmup_steps` steps of linear warmup
+    (none by default)."""
 
     lr: float
+    warmup_steps: int = 0
 
     def lr_at(self, progress: Progress) -> float:
-        return self.lr
+        return self.lr * min(1.0, max(progress.step, 1) / max(self.warmup_steps, 1))
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,12 @@ def warmup_peak(cfg: TrainConfig, d_model: int) -> float:
 
 def make_schedule(cfg: TrainConfig, d_model: int) -> Schedule:
     """The schedule train.schedule names: `paper` (scaled by train.lr_scale), `constant`
-    (train.lr), or `linear` (to the paper's peak at warmup_steps, then down to ~0 at max_steps)."""
+    (train.lr), `warmup_constant` (up to train.lr over warmup_steps, then train.lr), or `linear`
+    (to the paper's peak at warmup_steps, then down to ~0 at max_steps)."""
     if cfg.schedule == "constant":
         return ConstantSchedule(cfg.lr)
+    if cfg.schedule == "warmup_constant":
+        return ConstantSchedule(cfg.lr, cfg.warmup_steps)
     if cfg.schedule == "linear":
         return LinearDecaySchedule(warmup_peak(cfg, d_model), cfg.warmup_steps, cfg.max_steps)
     return PaperSchedule(d_model, cfg.warmup_steps, cfg.lr_scale)
