@@ -190,7 +190,6 @@ class Row:
     base: str = "notes"
     preset: str = ""
     checkpoint: str = "last"
-    formerly: tuple[str, ...] = ()  # earlier names of this very recipe: their records are its own
     decode_only: bool = False  # scored by decoding its base's run of the same seed, not trained
 
 
@@ -200,7 +199,7 @@ def rows() -> dict[str, Row]:
     found = [
         Row("notes", "the notes' experiment 1, as they ran it (their deep copies)", "notes", NOTES, steps, base=""),
         Row("+independent_init", "each module its own PyTorch draw, no deep copies", "notes", NOTES + INDEPENDENT,
-            steps, formerly=("notes",)),
+            steps),
         Row("notes_10k", "their experiment 2: 10,000 pairs, d_model 512, d_ff 1,024", "notes",
             NOTES + INDEPENDENT + ("--data.train_pairs=10000", "--model.d_model=512", "--model.d_ff=1024"),
             epoch_steps(10000), base="+independent_init"),
@@ -225,16 +224,16 @@ def rows() -> dict[str, Row]:
 
 
 def ladder(steps: int) -> list[Row]:
-    """The ladder's rungs (`L1+xavier` ... `L9+tied`, the last `all_fixes` itself: its records
-    are the rung's), each its predecessor with one more fix (a decoding fix decodes the
-    predecessor's runs); then `all_fixes` without each fix of LEFT_OUT."""
+    """The ladder's rungs (`L1+xavier` ... `L9+tied`, the last `all_fixes` itself, so that its
+    records are the rung's), each its predecessor with one more fix (a decoding fix decodes the
+    predecessor's runs); then `all_fixes` without each fix of LEFT_OUT (without `+tied` it is
+    `L8+unk`)."""
     rungs, overrides, base = [], NOTES, "notes"
     for number, fix in enumerate(LADDER, start=1):
         overrides = overrides + FIXES[fix][1]
         name = f"L{number}{fix}"
-        last = number == len(LADDER)
         rungs.append(Row(name, f"{base} and {fix}", "ladder", overrides, steps, base=base,
-                         formerly=("all_fixes",) if last else (), decode_only=fix in DECODE_ONLY))
+                         decode_only=fix in DECODE_ONLY))
         base = name
     for fix in LEFT_OUT:
         kept = NOTES + tuple(o for name in TOGETHER if name != fix for o in FIXES[name][1])
@@ -380,11 +379,11 @@ def append_record(path: Path, record: dict) -> None:
 
 
 def record_of(records: list[dict], row: Row, seed: int, args: argparse.Namespace) -> dict | None:
-    """The newest record of `row` and `seed` with the recipe they train today (none for a
-    row whose definition changed since)."""
+    """The newest record of `seed` with the recipe `row` trains today, whichever row trained it
+    (a recipe reached twice, as `all_fixes` without tying is `L8+unk`, or renamed, as the first
+    `notes` is `+independent_init`, is trained once); none for a row whose definition changed."""
     fingerprint = recipe(row_config(row, args.data, seed, args.steps, args.quick))
-    names = (row.name, *row.formerly)
-    found = [r for r in records if r["row"] in names and r["seed"] == seed and r["recipe"] == fingerprint]
+    found = [r for r in records if r["seed"] == seed and r["recipe"] == fingerprint]
     return found[-1] if found else None
 
 
