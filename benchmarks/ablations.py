@@ -434,6 +434,7 @@ WHAT_ZH = {
     "+unk": "未登录的源端词记为 <unk>，不屏蔽", "+bpe": "一个共享的 8,000 BPE 词表",
     "+all_pairs": "全部 29,000 个句对，同样 4,680 步（5.2 个 epoch）",
     "+warmup": "论文的 Adam（0.9/0.98/1e-9）和学习率，公式 3，warmup 468 步（峰值 4.1e-3）",
+    "+warmup_only": "笔记的 Adam 和 1e-3，前面加 468 步线性 warmup（论文调度的其余部分都不用）",
     "+smoothing": "标签平滑 0.1", "+beam4": "束宽 4，长度惩罚 0.6", "+tied": "输出层与目标端词嵌入共享",
     "+paper_dropout": "dropout 0.1 只用在子层输出和嵌入之和上（5.4 节）", "+no_dropout": "不用 dropout",
     "all_fixes": "全部一起：+xavier、+unk、+bpe、+all_pairs、+warmup、+smoothing、+beam4、+tied、+paper_dropout",
