@@ -49,6 +49,22 @@ def test_file_to_file_matches_the_python_api(tiny_run: Path, source_file: Path, 
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_a_pipe_or_a_device_is_input_like_a_file(tiny_run: Path, tmp_path: Path, capsys) -> None:
+    """-i reads what is readable, not only regular files: a pipe (as a shell's <(...) gives,
+    /dev/fd/N) and /dev/null (no lines, no output)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, ("\n".join(LINES) + "\n").encode())
+    os.close(write_end)
+    try:
+        assert main(["translate", str(tiny_run), "-i", f"/dev/fd/{read_end}", "--device", "cpu"]) == 0
+    finally:
+        os.close(read_end)
+    assert capsys.readouterr().out.split("\n")[:-1] == Translator.from_run(tiny_run, device="cpu").translate(LINES)
+    out = tmp_path / "none.txt"
+    assert main(["translate", str(tiny_run), "-i", os.devnull, "-o", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == ""
+
+
 def test_nbest_lines_carry_index_text_and_score(tiny_run: Path, source_file: Path, capsys) -> None:
     assert main(["translate", str(tiny_run), "-i", str(source_file), "--nbest", "2", "--device", "cpu"]) == 0
     rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]

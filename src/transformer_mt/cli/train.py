@@ -9,7 +9,6 @@ from pathlib import Path
 
 from transformer_mt.cli import path_arg, positive_int
 from transformer_mt.config import load_config
-from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir
 
@@ -88,9 +87,13 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = split_overrides(args.overrides) + ([f"--train.init_from={args.init_from}"] if args.init_from else [])
     if args.init_from and not args.config:
         raise UserError("--init-from starts a new run: give a config too (e.g. the config.yaml of the run it starts from)")
-    cfg = load_config(args.config, overrides) if args.config else None
+    saved = RunDir(Path(args.run)).config
+    if args.config:
+        cfg = load_config(args.config, overrides)
+    else:  # a resume: the overrides change its saved config (fit says which changes apply)
+        cfg = load_config(saved, overrides, drop_retired=True) if overrides and saved.is_file() else None
     state = fit(cfg, args.run, progress=not args.no_progress).state
-    log.info("finished at step %d after %.0f s of training", state.step, state.train_seconds)
+    log.info("finished at step %d after %.0f s", state.step, state.elapsed)
     return 0
 
 
@@ -128,7 +131,6 @@ def run_average(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from transformer_mt.demo import run_demo as demo, run_lm_demo
 
-    reuse_freed_memory()
     preset, default_out, run = ("lm_demo", "runs/lm_demo", run_lm_demo) if args.lm else ("demo", "runs/demo", demo)
     result = run(load_config(preset, split_overrides(args.overrides)), Path(args.out or default_out))
     print(json.dumps(result))

@@ -6,7 +6,6 @@ never builds that (N, V) matrix, and its tests check it against that function.""
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -132,23 +131,3 @@ class LabelSmoothingLoss(torch.nn.Module):
             logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id, never, with_grad,
             scale,
         )
-
-
-class Scaled(torch.nn.Module):
-    """A criterion without a `scale` argument (torch's nn.CrossEntropyLoss(reduction="sum"),
-    a task's own loss) given the interface the trainer calls: loss(logits, target, scale)
-    is the wrapped loss times scale, computed after it (LabelSmoothingLoss instead applies
-    the scale inside its blocks, which saves a pass over the N x V gradient)."""
-
-    def __init__(self, criterion: torch.nn.Module) -> None:
-        super().__init__()
-        self.criterion = criterion
-
-    def forward(self, logits: torch.Tensor, target: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        return self.criterion(logits, target) * scale
-
-
-def with_scale(criterion: torch.nn.Module) -> torch.nn.Module:
-    """`criterion` itself if its forward takes a `scale`, else the criterion wrapped in Scaled."""
-    takes_scale = "scale" in inspect.signature(criterion.forward).parameters
-    return criterion if takes_scale else Scaled(criterion)

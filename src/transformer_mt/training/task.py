@@ -9,8 +9,7 @@ between, say, translation (training/translation.py) and a language model:
     loss_view(model)       a module whose forward(batch) is (logits (N, V), targets (N,)):
                            the N predicted tokens of the batch. DDP wraps this module,
                            so gradients are reduced by the ordinary forward/backward
-    criterion(model)       the loss of (logits, targets[, scale]), summed over tokens (times scale);
-                           one without `scale` (torch's own) is multiplied by it after (Scaled)
+    criterion(model)       the loss of (logits, targets, scale), summed over tokens, times scale
     validate(model, ...)   a dict of validation numbers ({} without validation data)
     selection              which of those numbers selects the best model, and its direction
     summary(batches)       one log line about the data, before training starts
