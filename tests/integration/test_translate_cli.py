@@ -153,12 +153,15 @@ def test_non_utf8_stdin_names_the_line(tiny_run: Path) -> None:
     assert "Traceback" not in result.stderr.decode()
 
 
-@pytest.mark.parametrize("option", ["--beam", "--nbest", "--batch-tokens"])
-def test_zero_is_rejected_at_parse_time(option: str, capsys) -> None:
+@pytest.mark.parametrize("option,message", [("--beam", "must be at least 1"), ("--nbest", "expected an integer >= 1"),
+                                            ("--batch-tokens", "must be positive"),
+                                            ("--precision", "must be 'auto', 'bf16' or 'fp32'")])
+def test_zero_is_rejected_at_parse_time(option: str, message: str, capsys) -> None:
+    """A flag that sets a config option is checked as the option is (config.py's message)."""
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", "no-such-run", option, "0"])
     assert exit_info.value.code == 2
-    assert "expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 def test_evaluate_with_misaligned_files_says_so(tiny_run: Path, source_file: Path, tmp_path: Path, capsys) -> None:

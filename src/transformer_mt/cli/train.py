@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from transformer_mt.cli import path_arg, positive_int
+from transformer_mt.cli import add_option_flag, path_arg, positive_int
 from transformer_mt.config import load_config
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir
@@ -34,9 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  "omit to resume RUN with its saved config")
     train.add_argument("--run", required=True, type=path_arg, help="run directory (created, or resumed if it exists)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--init-from", metavar="RUN", type=path_arg,
-                       help="fine-tune: start from RUN's weights and vocabulary "
-                       "(same as --train.init_from=RUN; the config's model section must match RUN's)")
+    add_option_flag(train, "train.init_from", "--init-from", default="the config's")
     train.set_defaults(func=run_train, overrides=[])
     prepare = subparsers.add_parser(
         "prepare", help="train the vocabulary and encode the training data once (train does it on first use)",
