@@ -37,7 +37,7 @@ for test in test_2016_flickr test_2017_flickr; do
   echo "$out" | sed '$d' >&2
   results+=("\"$test\": $(echo "$out" | tail -1)")
 done
-seconds=$("$bin/python" -c "import json,sys; print(max([json.loads(l).get('train_seconds', 0) for l in open(sys.argv[1])] or [0]))" "$run/metrics.jsonl")
+seconds=$("$bin/python" -c "import json,sys; print(max([json.loads(l).get('elapsed', 0) for l in open(sys.argv[1])] or [0]))" "$run/metrics.jsonl")
 summary="{\"pair\": \"$pair\", \"train_seconds\": $seconds"
 for r in "${results[@]}"; do summary="$summary, $r"; done
 summary="$summary}"

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _timing import matmul_peaks  # noqa: E402
-from transformer_mt.config import Config, load_config, parse_override  # noqa: E402
+from transformer_mt.config import RETIRED, Config, load_config, parse_override  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.evaluation import score  # noqa: E402
@@ -121,7 +121,7 @@ def train_and_score(preset: str, budget: float, overrides: list[str], args: argp
     valid = [e for e in events if e.get("event") in ("valid", "average")]
     chosen = max((e.get("bleu", 0.0) for e in valid), default=None)
     return {"preset": preset, "budget_minutes": budget, "overrides": overrides, "steps": trainer.state.step,
-            "train_minutes": trainer.state.train_seconds / 60, "wall_minutes": (time.perf_counter() - start) / 60,
+            "train_minutes": trainer.state.elapsed / 60, "wall_minutes": (time.perf_counter() - start) / 60,
             "valid_bleu": chosen, "test": test_scores(run, args.data, src, tgt), "run": str(run),
             "recipe": recipe(preset, overrides, args.lowercase), "date": date.today().isoformat(),
             "peaks_gflops": args.peaks, "torch": torch.__version__, **({"lowercase": True} if args.lowercase else {})}
@@ -139,6 +139,9 @@ def recipe(preset: str | Path, overrides: list[str], lowercase: bool = False) ->
     kept = {section: {key: value for key, value in values.items()
                       if key in FINGERPRINTED[section].split() or value != defaults[section][key]}
             for section, values in config.items()}
+    for dotted, (former_default, _) in RETIRED.items():  # a retired key, as the records began: its default
+        section, key = dotted.split(".")
+        kept[section][key] = former_default
     kept["data"] = {k: v for k, v in kept["data"].items() if k not in DATA_FILES}
     if lowercase:
         kept["data"]["lowercased_text"] = True

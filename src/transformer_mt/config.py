@@ -136,14 +136,14 @@ class ModelConfig:
                                  "transformer.initialize); pytorch (every module as PyTorch builds it: "
                                  "nn.Linear weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), token "
                                  "embeddings N(0, 1), which times sqrt(d_model) outweigh the positional "
-                                 "encoding); or notes (the study notes' make_model exactly: pytorch's draws, "
-                                 "but one Linear deep-copied into W^Q, W^K, W^V and W^O, one attention into "
+                                 "encoding); or notes (as a make_model without the Xavier loop builds it: "
+                                 "pytorch's draws, but one Linear deep-copied into W^Q, W^K, W^V and W^O, one attention into "
                                  "every attention and one feed-forward network into every layer, nothing "
                                  "re-drawn).", shape=False)
     layer_norm: str = option("pytorch", "The layer normalisation: pytorch (nn.LayerNorm, (x - mean) / sqrt(var + "
                                         "1e-5), the biased variance) or annotated (the Annotated Transformer's "
-                                        "and the study notes' own, a_2 (x - mean) / (std + 1e-6) + b_2 with the "
-                                        "unbiased std: what `import annotated` gives their checkpoints).")
+                                        "own, a_2 (x - mean) / (std + 1e-6) + b_2 with the unbiased std: what "
+                                        "`import annotated` gives its checkpoints).")
     embedding_init: str = option("xavier", "The token embedding's initial values where model.init is xavier: "
                                            "xavier (std sqrt(2 / (V + d_model))) or normal (N(0, d_model^-0.5), "
                                            "as tensor2tensor and fairseq).", shape=False)
@@ -233,11 +233,11 @@ class DataConfig:
     joint_vocab: bool = option(True, "One vocabulary for both sides; false: one per side (needs "
                                      "model.share_vocab: false).")
     train_pairs: int = option(0, "Train (and build the vocabulary) on the first N usable pairs of the training "
-                                 "files only, as the study notes' select(range(N)); 0 = every pair.")
+                                 "files only (a quick experiment on a subset); 0 = every pair.")
     max_tokens: int = option(4096, "Tokens per batch, padding included; a step sees data.max_tokens x "
                                    "train.accumulate x processes (the paper: ~25,000 a side, section 5.1).")
     batch_sentences: int = option(0, "Batches of exactly this many sentences in a random order, an epoch's last "
-                                     "partial batch dropped (the study notes: 32); 0 = batches of "
+                                     "partial batch dropped (as most tutorials batch); 0 = batches of "
                                      "data.max_tokens (validation always uses data.max_tokens).")
     max_len: int = option(250, "Training pairs with a side longer than this many subwords are dropped.")
     max_len_ratio: float = option(3.0, "Training pairs whose longer side is more than this many times the "
@@ -284,7 +284,8 @@ class TrainConfig:
     label_smoothing: float = option(0.1, "epsilon_ls: the reference token's target is 1 - epsilon, the rest is "
                                          "spread over the other tokens (section 5.4).")
     max_steps: int = option(100000, "Optimizer steps to train (the paper: 100,000 for base, 300,000 for big).")
-    max_seconds: float = option(0.0, "Stop after this many seconds of training (0 = no limit).")
+    max_seconds: float = option(0.0, "Stop after this many seconds of the run's wall clock, validation included "
+                                      "(0 = no limit).")
     budget_minutes: float = option(0.0, "Train for this many minutes: the learning rate warms up for "
                                         "train.warmup_steps, then decays to ~0 at the end of the budget, with "
                                         "validation and averaged snapshots placed within it (a budget too short "
@@ -298,12 +299,13 @@ class TrainConfig:
     log_every: int = option(50, "Steps between training log lines (metrics.jsonl, TensorBoard).")
     valid_every: int = option(1000, "Steps between validations and checkpoints.")
     patience: int = option(0, "Stop after this many validations without improvement (0 = never stop early).")
-    early_stop_metric: str = option("bleu", "The validation metric that selects best.safetensors and stops early: "
-                                            "bleu, chrf or loss.")
+    early_stop_metric: str = option("bleu", "The validation metric of a translation run that selects "
+                                            "best.safetensors and stops early: bleu, chrf or loss (a language model "
+                                            "always selects on its validation loss).")
     keep_last: int = option(5, "Step checkpoints kept (`transformer-mt average` averages them).")
-    average_last: int = option(0, "Model snapshots averaged into average.safetensors at the end of training "
-                                  "(0 = none); the average becomes best.safetensors only if it validates better.")
-    average_every: int = option(0, "Steps between those snapshots (0 = train.valid_every).")
+    average_last: int = option(0, "Model snapshots, one at each validation point, averaged into "
+                                  "average.safetensors at the end of training (0 = none); the average becomes "
+                                  "best.safetensors only if it validates better.")
     init_from: str = option("", "A run whose weights and vocabulary this run starts from (fine-tuning; the model "
                                 "sections must match); \"\" = from scratch.")
     init_checkpoint: str = option("best", "Which weights of train.init_from: best, last or average.")
@@ -332,7 +334,6 @@ class TrainConfig:
                  "must be 'bleu', 'chrf' or 'loss'")
         _require(self.keep_last >= 1, "train.keep_last", "must be at least 1")
         _require(self.average_last >= 0, "train.average_last", "must be >= 0 (0 = no averaging)")
-        _require(self.average_every >= 0, "train.average_every", "must be >= 0 (0 = every train.valid_every steps)")
 
 
 @dataclass(frozen=True)
@@ -352,8 +353,8 @@ class DecodeConfig:
     unknown_words: str = option("unk", "A source word outside the vocabulary, wherever a run translates "
                                        "(validation, translate, evaluate, the server): unk (the `<unk>` id, "
                                        "which the encoder reads like any word) or pad (the padding id, so "
-                                       "the source mask hides it from every attention, as the study notes' "
-                                       "translate does). Training data is read as it is: a word vocabulary "
+                                       "the source mask hides it from every attention, as the Annotated "
+                                       "Transformer's word-vocabulary scripts do). Training data is read as it is: a word vocabulary "
                                        "of every training word (data.vocab_type: word, a large enough "
                                        "data.vocab_size) has no unknown word there.")
 
@@ -433,7 +434,14 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     raise ConfigError(f"{key}: expected {name}, got {value!r} ({type(value).__name__})", (key,))
 
 
-def _build_section(cls: type, values: Any, section: str) -> Any:
+# Keys a former version had, with the default it wrote into every config.yaml: such a file
+# still loads (the key is left out, as are any value in a run's own config.yaml); a config
+# that sets another value is told what replaced it.
+RETIRED = {"train.average_every": (0, "snapshots for averaging are kept at each validation point "
+                                      "(train.valid_every)")}
+
+
+def _build_section(cls: type, values: Any, section: str, drop_retired: bool = False) -> Any:
     if values is None:
         values = {}
     if not isinstance(values, dict):
@@ -442,10 +450,15 @@ def _build_section(cls: type, values: Any, section: str) -> Any:
     allowed = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in values.items():
+        dotted = f"{section}.{key}"
+        if dotted in RETIRED:
+            former_default, replaced_by = RETIRED[dotted]
+            if drop_retired or value == former_default:
+                continue
+            raise ConfigError(f"{dotted}: no longer an option: {replaced_by}", (dotted,))
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            dotted = f"{section}.{key}"
             raise ConfigError(f"{dotted}: unknown key{hint}; allowed: {', '.join(allowed)}", (dotted,))
         kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
     return cls(**kwargs)
@@ -454,8 +467,9 @@ def _build_section(cls: type, values: Any, section: str) -> Any:
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
 
 
-def config_from_dict(raw: Any) -> Config:
-    """Build and validate a Config from a nested dict (as read from YAML)."""
+def config_from_dict(raw: Any, drop_retired: bool = False) -> Config:
+    """Build and validate a Config from a nested dict (as read from YAML); `drop_retired`
+    (a run's saved config) leaves RETIRED keys out instead of refusing them."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -463,7 +477,7 @@ def config_from_dict(raw: Any) -> Config:
     for key in raw:
         if key not in SECTIONS:
             raise ConfigError(f"{key}: unknown section; allowed: {', '.join(SECTIONS)}", (str(key),))
-    cfg = Config(**{name: _build_section(cls, raw.get(name), name) for name, cls in SECTIONS.items()})
+    cfg = Config(**{name: _build_section(cls, raw.get(name), name, drop_retired) for name, cls in SECTIONS.items()})
     cfg.validate()
     return cfg
 
@@ -492,9 +506,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, parse_yaml(value, text) if value else ""
 
 
-def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
+def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = (), drop_retired: bool = False) -> Config:
     """Read a YAML config (or preset), apply dotted overrides, validate. A mistake is blamed
-    on the override that set the key it is about, else on the file."""
+    on the override that set the key it is about, else on the file. `drop_retired`: a run's
+    saved config, which may hold keys of a former version (RETIRED)."""
     path = resolve_config_path(name_or_path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -514,7 +529,7 @@ def load_config(name_or_path: str | Path, overrides: typing.Sequence[str] = ()) 
         raw[section] = {**entry, key: value}
         given[f"{section}.{key}"] = text
     try:
-        return config_from_dict(raw)
+        return config_from_dict(raw, drop_retired)
     except ConfigError as err:
         raise ConfigError(_blame(err, path, given), err.keys) from None
 

@@ -69,16 +69,15 @@ def reuse_freed_memory() -> None:
 
     glibc keeps freed memory for reuse: a training step allocates and frees the same
     large activation buffers every time; by default glibc serves blocks over 32 MB with
-    fresh mmap()s and returns freed heap tops, so every step page-faults its memory in
-    again (measured: 10-25% of a CPU training step). M_MMAP_MAX = 0 serves every block
-    from the heap; M_TRIM_THRESHOLD keeps up to 1 GB of freed heap top, not all of it.
+    fresh mmap()s and returns freed heap tops, so every step would page-fault its memory
+    in again. M_MMAP_MAX = 0 serves every block from the heap; M_TRIM_THRESHOLD keeps up
+    to 1 GB of freed heap top, not all of it.
 
     oneDNN keeps at most PRIMITIVE_CACHE compiled primitives (unless the user set
     ONEDNN_PRIMITIVE_CACHE_CAPACITY): bf16 matrix products of every new batch shape make
-    a new primitive, and with its default of 1024 a Multi30k training process (small,
-    bf16) grew to 5.2 GB resident in 250 steps and kept growing; with 32 it stays near
-    2.4 GB and trains as fast (measured; fp32 stays at 1.7 GB either way). Set before
-    oneDNN makes its first primitive. Linux/glibc only for the malloc part."""
+    a new primitive, and its default of 1024 lets a bf16 training process grow by GBs
+    while 32 trains as fast (docs/benchmarks.md). Set before oneDNN makes its first
+    primitive. Linux/glibc only for the malloc part."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", PRIMITIVE_CACHE)
     if not sys.platform.startswith("linux"):
         return

@@ -18,17 +18,13 @@ projections, self-attention's fused Q/K/V `in_proj`, cross-attention's W^Q and [
 and the generator. Cross-attention computes its projections from slices of
 `in_proj.weight`, which a quantized Linear does not have, so each cross-attention's
 in_proj is first split into two Linear modules (`MultiHeadAttention.split_in_proj`,
-exactly the same products in float32). Leaving that in_proj in float32 instead was
-measured slower (base preset, 2-core CPU, target tokens/s: beam 4 batch 32, 756 vs 892;
-greedy batch 1, 225 vs ~300): every decoding step reads W^Q whole, 4 times the bytes in
-float32. The generator's weight is tied to the target embedding: the int8 generator
+exactly the same products in float32). Leaving that in_proj in float32 would be slower:
+every decoding step reads W^Q whole, 4 times the bytes in float32. The generator's weight is tied to the target embedding: the int8 generator
 holds its own packed copy, and the embedding lookup keeps reading the float32 table.
 
-Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`, in torch 2.13) was measured too
-(small preset shapes): with bf16 activations it beats this only on the d_model-wide
-products at one row (greedy, batch 1; 12-14 vs 22 us, but 74 vs 43 us for the
-generator) and is 3-5 times slower at 128 rows (beam 4, batch 32); with float32
-activations it is slower everywhere (4-30 times).
+Weight-only int8 (`torch.ops.aten._weight_int8pack_mm`) is not used: at the row counts of
+beam search over a batch it is several times slower, and with float32 activations slower
+at every size.
 
 `torch.ao.quantization` is deprecated upstream in favour of torchao but present and
 working in the torch this package pins (2.13); its deprecation warnings are silenced here.

@@ -118,7 +118,7 @@ class RunDir:
             raise UserError(f"{self.root}: exists and is not a folder; choose another --run")
 
     def read_config(self) -> Config:
-        return load_config(self.config)
+        return load_config(self.config, drop_retired=True)
 
     def write_config(self, cfg: Config) -> None:
         atomic_write_text(self.config, config_yaml(cfg))

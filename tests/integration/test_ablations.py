@@ -96,8 +96,8 @@ def test_their_hypotheses_and_each_fix_change_only_what_they_say() -> None:
     assert together.model.init == "xavier" and together.data.vocab_type == "bpe" and together.decode.beam == 4
     preset = load_config("multi30k_de_en", ablations.data_overrides(DATA))
     ours = resolved("ours")
-    assert changed_keys(ours, preset) == {"train.budget_minutes", "train.max_seconds", "train.patience",
-                                          "train.max_steps", "train.valid_every", "train.log_every", "train.keep_last"}
+    assert changed_keys(ours, preset) == {"train.budget_minutes", "train.patience", "train.max_steps",
+                                          "train.valid_every", "train.log_every", "train.keep_last"}
     assert ours.train.budget_minutes == 0 and ours.train.max_steps == notes.train.max_steps
     for name in rows:  # no hidden scale of the learning rate: the default, or the preset's own
         assert resolved(name).train.lr_scale == (preset.train.lr_scale if name == "ours" else 1.0), name

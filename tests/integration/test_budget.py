@@ -15,7 +15,7 @@ from transformer_mt.cli import main
 from transformer_mt.runs import list_checkpoints, list_snapshots, load_checkpoint
 from transformer_mt.training import fit
 from transformer_mt.training.budget import Budget, BudgetTooShort
-from transformer_mt.training.trainer import TrainState
+from transformer_mt.training.plan import TrainState
 
 from run_helpers import assert_same_state, resume_from
 
@@ -103,19 +103,24 @@ def test_a_budget_whose_warmup_cannot_fit_is_refused_after_its_first_steps() -> 
     """20 steps took 30 s: 1.5 s a step, so a warmup of 100 steps needs 2.5 minutes of a
     2-minute budget."""
     budget = Budget(seconds=120.0, warmup_steps=100, peak=1e-3)
-    assert not budget.finished(TrainState(step=19, elapsed=28.5), 27.0)
+    assert not budget.after_step(TrainState(step=19, elapsed=28.5), 27.0).stop
     with pytest.raises(BudgetTooShort, match=r"train.budget_minutes=2: the warmup's 100 steps take about 2.5 "
                                              r"minutes here \(1.500 s a step over the first 20\); give more than "
                                              r"2.5 minutes or lower train.warmup_steps"):
-        budget.finished(TrainState(step=20, elapsed=30.0), 28.5)
-    assert not Budget(seconds=160.0, warmup_steps=100, peak=1e-3).finished(TrainState(step=20, elapsed=30.0), 28.5)
+        budget.after_step(TrainState(step=20, elapsed=30.0), 28.5)
+    assert not Budget(seconds=160.0, warmup_steps=100, peak=1e-3).after_step(TrainState(step=20, elapsed=30.0),
+                                                                             28.5).stop
 
 
 def test_the_cli_refuses_a_tiny_budget_in_one_line_and_leaves_nothing(tmp_path: Path, capsys) -> None:
+    """The refusal is one line, after the one that says which of the tiny preset's options the
+    budget sets aside."""
     run = tmp_path / "run"
     code = main(["-q", "train", "tiny", "--run", str(run), "--no-progress", "--data.task_size=200",
                  "--train.budget_minutes=0.001"])
-    err = capsys.readouterr().err.strip()
+    set_aside, refused = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert len(err.splitlines()) == 1 and "train.budget_minutes=0.001: the warmup's 50 steps take about" in err, err
+    assert set_aside.endswith("train.budget_minutes=0.001 sets the learning rate, validation, averaging and the end "
+                              "itself: train.schedule=linear, train.max_steps=400, train.valid_every=200 not used")
+    assert "train.budget_minutes=0.001: the warmup's 50 steps take about" in refused, refused
     assert not run.exists()  # nothing half-made

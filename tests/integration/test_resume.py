@@ -6,6 +6,7 @@ in-process (run_helpers.resume_from)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,3 +84,24 @@ def test_a_killed_save_leaves_only_complete_checkpoints(tmp_path: Path) -> None:
     assert len(found) >= 3
     for path in found:
         assert load_checkpoint(path)["w"].numel() == 4_000_000
+
+
+def test_a_resume_takes_a_longer_plan_and_refuses_a_new_recipe(tiny_run: Path, tmp_path: Path, capsys) -> None:
+    """On a finished run, `train --run RUN --train.max_steps=N` trains on to N (saying old ->
+    new, and keeping N for later resumes); an override of what the weights were trained with
+    (the learning rate) is refused in one line that points to --init-from, nothing changed."""
+    from transformer_mt.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    steps = load_config(run / "config.yaml").train.max_steps
+    code = main(["train", "--run", str(run), "--no-progress", "--train.lr_scale=9", "--train.max_steps=999"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "train.lr_scale=9.0 (trained with 0.25) cannot apply" in err and f"--init-from {run}" in err
+    assert load_config(run / "config.yaml").train.max_steps == steps
+    assert main(["train", "--run", str(run), "--no-progress", f"--train.max_steps={steps + 20}",
+                 "--train.valid_every=10"]) == 0
+    assert f"train.max_steps {steps} -> {steps + 20}" in capsys.readouterr().err
+    assert list_checkpoints(run / "checkpoints")[-1].name == f"step_{steps + 20}.pt"
+    assert load_config(run / "config.yaml").train.max_steps == steps + 20

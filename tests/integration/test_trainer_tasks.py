@@ -16,8 +16,10 @@ from torch import nn
 from transformer_mt.config import Config, TrainConfig
 from transformer_mt.runs import RunDir, list_checkpoints, list_snapshots, load_checkpoint
 from transformer_mt.training.hooks import Averaging, PreferAverage
+from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.task import Selection
-from transformer_mt.training.trainer import Trainer, seed_everything
+from transformer_mt.training.plan import StepPlan
+from transformer_mt.training.trainer import RunContext, Trainer, seed_everything
 
 V = 12  # the task: given token t, predict (t + 1) mod V
 
@@ -80,7 +82,7 @@ class SuccessorTask:
         return model
 
     def criterion(self, model: nn.Module) -> nn.Module:
-        return nn.CrossEntropyLoss(reduction="sum")
+        return LabelSmoothingLoss(V, pad_id=-100, epsilon=0.0)  # summed cross entropy, times the scale
 
     @torch.no_grad()
     def validate(self, model: nn.Module, device: torch.device, precision: str) -> dict[str, Any]:
@@ -92,17 +94,19 @@ class SuccessorTask:
         return "successor task"
 
 
-def config(steps: int, average_every: int = 0) -> Config:
-    train = TrainConfig(schedule="constant", lr=0.05, max_steps=steps, valid_every=5, log_every=5,
-                        precision="fp32", keep_last=50, average_every=average_every)
-    return Config(train=train)
+def trainer_of(run: Path, steps: int, hooks=(), valid_every: int = 5) -> Trainer:
+    """A Trainer of the successor task, `steps` steps at a constant rate, validating (and
+    keeping a snapshot for averaging) every `valid_every` steps."""
+    train = TrainConfig(schedule="constant", lr=0.05, max_steps=steps, valid_every=valid_every, log_every=5,
+                        precision="fp32", keep_last=50)
+    cfg, task = Config(train=train), SuccessorTask()
+    context = RunContext(cfg, RunDir(run), task, task.build_model(), torch.device("cpu"))
+    return Trainer(context, StepPlan.of(cfg.train, cfg.model.d_model), hooks, progress=False)
 
 
-def train(run: Path, steps: int, hooks=(), average_every: int = 0) -> Trainer:
+def train(run: Path, steps: int, hooks=(), valid_every: int = 5) -> Trainer:
     seed_everything(1)
-    task = SuccessorTask()
-    trainer = Trainer(config(steps, average_every), RunDir(run), task, task.build_model(), torch.device("cpu"),
-                      progress=False, hooks=hooks)
+    trainer = trainer_of(run, steps, hooks, valid_every)
     trainer.resume()
     trainer.train()
     return trainer
@@ -110,8 +114,9 @@ def train(run: Path, steps: int, hooks=(), average_every: int = 0) -> Trainer:
 
 def test_a_second_task_learns_through_the_same_loop(tmp_path: Path) -> None:
     trainer = train(tmp_path / "run", 60)
-    assert trainer.last_validation["accuracy"] == 1.0
-    assert trainer.state.best == 1.0 and trainer.state.best_metric == "accuracy"
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["accuracy"] for e in events if e["event"] == "valid"][-1] == 1.0
+    assert trainer.state.best == 1.0
     assert (tmp_path / "run" / "best.safetensors").is_file()
     assert list_checkpoints(tmp_path / "run" / "checkpoints")[-1].name == "step_60.pt"
 
@@ -127,7 +132,7 @@ def test_the_second_task_resumes_exactly(tmp_path: Path) -> None:
 
 def test_averaging_hook_averages_the_last_snapshots(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(run, 23, hooks=[Averaging(RunDir(run), last=3)], average_every=4)
+    train(run, 23, hooks=[Averaging(RunDir(run), last=3)], valid_every=4)
     snapshots = list_snapshots(run / "snapshots")
     assert [p.name for p in snapshots] == ["step_16.safetensors", "step_20.safetensors", "step_23.safetensors"]
     final = load_checkpoint(run / "checkpoints" / "step_23.pt")["model"]
@@ -141,12 +146,11 @@ def test_averaging_hook_averages_the_last_snapshots(tmp_path: Path) -> None:
 
 def test_a_resume_drops_snapshots_of_steps_taken_again(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(run, 10, hooks=[Averaging(RunDir(run), last=5)], average_every=2)
-    (run / "checkpoints" / "step_10.pt").unlink()  # as if killed after the snapshots of steps 6-10
-    task = SuccessorTask()
-    trainer = Trainer(config(10, average_every=2), RunDir(run), task, task.build_model(), torch.device("cpu"),
-                      progress=False, hooks=[Averaging(RunDir(run), last=5)])
-    assert trainer.resume() and trainer.state.step == 5
+    train(run, 10, hooks=[Averaging(RunDir(run), last=5)], valid_every=2)
+    for step in (6, 8, 10):  # as if killed after the snapshots of steps 6-10 but before their checkpoints
+        (run / "checkpoints" / f"step_{step}.pt").unlink()
+    trainer = trainer_of(run, 10, [Averaging(RunDir(run), last=5)], valid_every=2)
+    assert trainer.resume() and trainer.state.step == 4
     assert [p.name for p in list_snapshots(run / "snapshots")] == ["step_2.safetensors", "step_4.safetensors"]
     trainer.train()
     assert [p.name for p in list_snapshots(run / "snapshots")] == [f"step_{s}.safetensors" for s in (2, 4, 6, 8, 10)]
@@ -165,8 +169,8 @@ def test_training_with_average_last_writes_the_average_the_command_rewrites(tmp_
     from conftest import tiny_config
 
     run = tmp_path / "run"
-    fit(tiny_config(train__max_steps=12, train__valid_every=6, data__task_size=200, train__average_last=2,
-                    train__average_every=4), run, progress=False)
+    fit(tiny_config(train__max_steps=12, train__valid_every=4, data__task_size=200, train__average_last=2),
+        run, progress=False)
     assert [p.name for p in list_snapshots(run / "snapshots")] == ["step_8.safetensors", "step_12.safetensors"]
     first = load_file(run / "average.safetensors")
     (run / "average.safetensors").unlink()
@@ -187,7 +191,7 @@ def test_the_average_becomes_the_default_model_only_if_it_wins(tmp_path: Path, b
             trainer.state.best = best_so_far
             super().at_end(trainer)
 
-    train(run, 12, hooks=[Averaging(RunDir(run), last=2), Unbeaten(RunDir(run))], average_every=4)
+    train(run, 12, hooks=[Averaging(RunDir(run), last=2), Unbeaten(RunDir(run))], valid_every=4)
     best, average = load_file(run / "best.safetensors"), load_file(run / "average.safetensors")
     same = all(torch.equal(best[k], average[k]) for k in average)
     assert same == average_wins

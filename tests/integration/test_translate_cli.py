@@ -49,6 +49,22 @@ def test_file_to_file_matches_the_python_api(tiny_run: Path, source_file: Path, 
     assert not list(tmp_path.glob("*.tmp"))
 
 
+def test_a_pipe_or_a_device_is_input_like_a_file(tiny_run: Path, tmp_path: Path, capsys) -> None:
+    """-i reads what is readable, not only regular files: a pipe (as a shell's <(...) gives,
+    /dev/fd/N) and /dev/null (no lines, no output)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, ("\n".join(LINES) + "\n").encode())
+    os.close(write_end)
+    try:
+        assert main(["translate", str(tiny_run), "-i", f"/dev/fd/{read_end}", "--device", "cpu"]) == 0
+    finally:
+        os.close(read_end)
+    assert capsys.readouterr().out.split("\n")[:-1] == Translator.from_run(tiny_run, device="cpu").translate(LINES)
+    out = tmp_path / "none.txt"
+    assert main(["translate", str(tiny_run), "-i", os.devnull, "-o", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == ""
+
+
 def test_nbest_lines_carry_index_text_and_score(tiny_run: Path, source_file: Path, capsys) -> None:
     assert main(["translate", str(tiny_run), "-i", str(source_file), "--nbest", "2", "--device", "cpu"]) == 0
     rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
@@ -137,12 +153,15 @@ def test_non_utf8_stdin_names_the_line(tiny_run: Path) -> None:
     assert "Traceback" not in result.stderr.decode()
 
 
-@pytest.mark.parametrize("option", ["--beam", "--nbest", "--batch-tokens"])
-def test_zero_is_rejected_at_parse_time(option: str, capsys) -> None:
+@pytest.mark.parametrize("option,message", [("--beam", "must be at least 1"), ("--nbest", "expected an integer >= 1"),
+                                            ("--batch-tokens", "must be positive"),
+                                            ("--precision", "must be 'auto', 'bf16' or 'fp32'")])
+def test_zero_is_rejected_at_parse_time(option: str, message: str, capsys) -> None:
+    """A flag that sets a config option is checked as the option is (config.py's message)."""
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", "no-such-run", option, "0"])
     assert exit_info.value.code == 2
-    assert "expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 def test_evaluate_with_misaligned_files_says_so(tiny_run: Path, source_file: Path, tmp_path: Path, capsys) -> None:

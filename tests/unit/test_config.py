@@ -202,7 +202,7 @@ def test_config_imports_nothing_of_the_package() -> None:
     ("train.schedule=cosine", "must be one of paper, constant"),
     ("train.lr=0", "must be positive"),
     ("train.average_last=-1", "must be >= 0"),
-    ("train.average_every=-2", "must be >= 0"),
+    ("train.average_every=4", "no longer an option: snapshots for averaging are kept at each validation point"),
 ])
 def test_schedule_and_averaging_keys_are_checked(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -226,3 +226,18 @@ def test_decoder_layers_is_refused_for_a_language_model() -> None:
     assert str(err.value).startswith("--model.decoder_layers=1: sizes a translator's decoder only")
     assert load_config("tiny", ["--model.decoder_layers=1"]).model.n_decoder_layers == 1
     assert load_config("tiny").model.n_decoder_layers == load_config("tiny").model.n_layers == 2
+
+
+def test_a_run_config_with_a_retired_key_loads_and_a_new_config_is_told_what_replaced_it(tmp_path: Path) -> None:
+    """config.yaml of a run made when train.average_every existed: a run's own loads (the key
+    left out); a config that sets it to its former default loads too; another value is refused."""
+    from transformer_mt.config import config_yaml
+
+    text = config_yaml(load_config("tiny")).replace("train:\n", "train:\n  average_every: 4\n", 1)
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    assert load_config(path, drop_retired=True) == load_config("tiny")
+    with pytest.raises(ConfigError, match="train.average_every: no longer an option: snapshots for averaging"):
+        load_config(path)
+    path.write_text(text.replace("average_every: 4", "average_every: 0"))
+    assert load_config(path) == load_config("tiny")

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from transformer_mt.config import TrainConfig, load_config
 from transformer_mt.paper_equations import rate, smoothed_distribution
-from transformer_mt.training.loss import LabelSmoothingLoss, Scaled, SmoothedCrossEntropy, with_scale
+from transformer_mt.training.loss import LabelSmoothingLoss, SmoothedCrossEntropy
 from transformer_mt.training.schedule import ConstantSchedule, Progress, make_optimizer, make_schedule, set_lr
 
 
@@ -200,26 +200,6 @@ def test_fused_loss_scaled_in_its_blocks_equals_the_reference_divided_by_the_tok
     loss.backward()
     reference = logits.detach().clone().requires_grad_()
     expected = torch_smoothed_cross_entropy(reference, target, 0, 0.1) / n_tokens * after
-    expected.backward()
-    torch.testing.assert_close(loss, expected)
-    torch.testing.assert_close(logits.grad, reference.grad)
-
-
-def test_a_criterion_without_scale_is_wrapped_and_multiplied_by_it() -> None:
-    """A task may hand the trainer torch's own loss, which takes no `scale`: with_scale wraps
-    it (loss times scale, gradient too); our smoothed loss takes the scale and stays itself."""
-    ours = LabelSmoothingLoss(11, 0, 0.1)
-    assert with_scale(ours) is ours
-    plain = torch.nn.CrossEntropyLoss(reduction="sum")
-    wrapped = with_scale(plain)
-    assert isinstance(wrapped, Scaled)
-    torch.manual_seed(5)
-    logits = torch.randn(6, 11, dtype=torch.float64, requires_grad=True)
-    target = torch.randint(0, 11, (6,))
-    loss = wrapped(logits, target, 0.25)
-    loss.backward()
-    reference = logits.detach().clone().requires_grad_()
-    expected = F.cross_entropy(reference, target, reduction="sum") / 4
     expected.backward()
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(logits.grad, reference.grad)

@@ -92,19 +92,3 @@ def test_changing_n_prepares_again_or_is_refused_once_training_started(subset_ru
     assert "data.train_pairs is 500 but the corpus has only 49 usable pairs" in caplog.text
     assert prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, Limits(250, 3.0, 255)).train_src.tolist() \
         == every.train_src.tolist()  # 0 = all
-
-
-def test_a_manifest_from_before_train_pairs_still_serves_all_pairs(subset_run) -> None:
-    """Data prepared before the key existed (no train_pairs in its limits) was prepared from
-    every pair: it serves train_pairs 0 unchanged, so an old run still resumes."""
-    run, train = subset_run
-    paths = CorpusPaths(train, None, None)
-    sp = spm.SentencePieceProcessor(model_file=str(run.tokenizer_file))
-    all_pairs = Limits(250, 3.0, 255)
-    prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, all_pairs)
-    manifest_path = run.prepared / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    del manifest["limits"]["train_pairs"]
-    manifest_path.write_text(json.dumps(manifest))
-    data = prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, all_pairs, may_rebuild=False)
-    assert len(data.train_src) == 49

@@ -9,11 +9,13 @@ function. User mistakes (`UserError`) print one line and exit with code 2; no tr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
-from typing import NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from transformer_mt import __version__
+from transformer_mt.config import SECTIONS, ConfigError, config_from_dict, parse_override
 from transformer_mt.errors import USER_ERRORS
 
 COMMAND_MODULES = ("train", "translate", "generate", "viz", "data", "interop", "doctor")
@@ -92,3 +94,29 @@ def path_arg(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"an empty path ({text!r}) would mean the current folder; give a name")
     return text
+
+
+def option_value(key: str) -> Callable[[str], Any]:
+    """argparse type for the config option `key` (section.name): the value as an override
+    `--key=TEXT` would read it, checked by the option's own checks (`--beam 0` fails at parse
+    time with the message decode.beam gives)."""
+    section, name = key.split(".")
+
+    def value(text: str) -> Any:
+        try:
+            _, parsed = parse_override(f"--{key}={text}")
+            return getattr(getattr(config_from_dict({section: {name: parsed}}), section), name)
+        except ConfigError as err:
+            raise argparse.ArgumentTypeError(str(err).removeprefix(f"{key}: ")) from None
+
+    return value
+
+
+def add_option_flag(parser: argparse.ArgumentParser, key: str, flag: str, default: str = "the run's") -> None:
+    """A flag that sets the config option `key` for one command: its help and its checks are
+    the option's (config.py), so the two cannot disagree; unset (None), `default` applies."""
+    section, name = key.split(".")
+    help_text = next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == name).metadata["help"]
+    parser.add_argument(flag, dest=name, type=option_value(key), metavar=name.upper(),
+                        help=f"{help_text} Default: {default} {key}.")
+

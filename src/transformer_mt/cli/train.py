@@ -7,9 +7,8 @@ import json
 import logging
 from pathlib import Path
 
-from transformer_mt.cli import path_arg, positive_int
+from transformer_mt.cli import add_option_flag, path_arg, positive_int
 from transformer_mt.config import load_config
-from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir
 
@@ -35,9 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  "omit to resume RUN with its saved config")
     train.add_argument("--run", required=True, type=path_arg, help="run directory (created, or resumed if it exists)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--init-from", metavar="RUN", type=path_arg,
-                       help="fine-tune: start from RUN's weights and vocabulary "
-                       "(same as --train.init_from=RUN; the config's model section must match RUN's)")
+    add_option_flag(train, "train.init_from", "--init-from", default="the config's")
     train.set_defaults(func=run_train, overrides=[])
     prepare = subparsers.add_parser(
         "prepare", help="train the vocabulary and encode the training data once (train does it on first use)",
@@ -88,9 +85,13 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = split_overrides(args.overrides) + ([f"--train.init_from={args.init_from}"] if args.init_from else [])
     if args.init_from and not args.config:
         raise UserError("--init-from starts a new run: give a config too (e.g. the config.yaml of the run it starts from)")
-    cfg = load_config(args.config, overrides) if args.config else None
+    saved = RunDir(Path(args.run)).config
+    if args.config:
+        cfg = load_config(args.config, overrides)
+    else:  # a resume: the overrides change its saved config (fit says which changes apply)
+        cfg = load_config(saved, overrides, drop_retired=True) if overrides and saved.is_file() else None
     state = fit(cfg, args.run, progress=not args.no_progress).state
-    log.info("finished at step %d after %.0f s of training", state.step, state.train_seconds)
+    log.info("finished at step %d after %.0f s", state.step, state.elapsed)
     return 0
 
 
@@ -128,7 +129,6 @@ def run_average(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from transformer_mt.demo import run_demo as demo, run_lm_demo
 
-    reuse_freed_memory()
     preset, default_out, run = ("lm_demo", "runs/lm_demo", run_lm_demo) if args.lm else ("demo", "runs/demo", demo)
     result = run(load_config(preset, split_overrides(args.overrides)), Path(args.out or default_out))
     print(json.dumps(result))

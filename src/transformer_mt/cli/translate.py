@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from transformer_mt.cli import path_arg, positive_int
+from transformer_mt.cli import add_option_flag, path_arg, positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
 from transformer_mt.device import resolve_precision, reuse_freed_memory
 from transformer_mt.errors import UserError
@@ -32,18 +32,16 @@ STREAM_LINES = 64  # most stdin lines translated together, when they are already
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The options translate and evaluate share: which weights, where, how to search."""
     parser.add_argument("run", type=path_arg, help="run directory written by `train` or `demo`")
-    parser.add_argument("--beam", type=positive_int, help="beam size (1 = greedy; default: the run's decode.beam)")
-    parser.add_argument("--length-penalty", type=float, help="alpha of ((5 + len) / 6)^alpha (default: the run's)")
-    parser.add_argument("--batch-tokens", type=positive_int, help="source tokens per batch (default: the run's)")
+    add_option_flag(parser, "decode.beam", "--beam")
+    add_option_flag(parser, "decode.length_penalty", "--length-penalty")
+    add_option_flag(parser, "decode.batch_tokens", "--batch-tokens")
     parser.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
                         help="best (default), last step checkpoint, or average.safetensors")
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1 ...")
     parser.add_argument("--dtype", default="float32", metavar="{" + ",".join(DTYPES) + "}",
                         help="weights in float32 (default), bfloat16, or int8: int8 Linear layers with "
                              "float32 activations, on the CPU")
-    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"),
-                        help="bf16 autocast or fp32 decoding (default: the run's decode.precision, "
-                             "which training validation used too)")
+    add_option_flag(parser, "decode.precision", "--precision")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from transformer_mt.cli import path_arg, positive_int
+from transformer_mt.cli import add_option_flag, path_arg, positive_int
 from transformer_mt.errors import UserError
 from transformer_mt.quantize import DTYPES
 
@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help="which attention (default: all, one file each, named OUT-KIND.EXT)")
     attention.add_argument("--layer", type=positive_int, help="only this layer (from 1; needs --head)")
     attention.add_argument("--head", type=positive_int, help="only this head (from 1; needs --layer)")
-    attention.add_argument("--beam", type=positive_int, help="beam size of the translation (default: the run's decode.beam)")
+    add_option_flag(attention, "decode.beam", "--beam")
     attention.add_argument("--device", default="cpu", help="cpu (default), cuda, auto ...")
     attention.set_defaults(func=plot_attention)
 

@@ -52,11 +52,12 @@ def decode_line(raw: bytes, number: int, name: str = "<stdin>") -> str:
 
 
 def open_lines(path: str | Path) -> IO[bytes]:
-    """A file of lines opened for reading bytes (`.gz` is decompressed on the fly)."""
+    """A file of lines opened for reading bytes (`.gz` is decompressed on the fly): a regular
+    file, or anything else readable (a pipe, /dev/stdin, a shell's <(...))."""
     path = Path(path)
     if path.is_dir():
         raise CorpusError(f"{path}: is a folder; give the file with one sentence per line")
-    if not path.is_file():
+    if not path.exists():
         raise CorpusError(f"{path}: no such file")
     try:
         return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")

@@ -292,8 +292,7 @@ def stale(out: Path, files: dict[str, Path], limits: Limits) -> str | None:
         return "not prepared yet"
     except (OSError, ValueError) as err:
         return f"{out / 'manifest.json'}: unreadable ({err})"
-    saved = {"train_pairs": 0, **(manifest.get("limits") or {})}  # prepared before data.train_pairs: all
-    if manifest.get("format") != FORMAT or saved != asdict(limits):
+    if manifest.get("format") != FORMAT or manifest.get("limits") != asdict(limits):
         return f"prepared with other settings ({manifest.get('limits')})"
     if set(manifest["files"]) != set(files):
         return f"prepared from the files {sorted(manifest['files'])}, now given {sorted(files)}"

@@ -210,7 +210,7 @@ def run_config(hf: dict[str, Any], folder: Path) -> Config:
         src_vocab_size=hf["vocab_size"], tgt_vocab_size=hf["vocab_size"],
     )
     data = DataConfig(max_len=min(DataConfig.max_len, positions - 1), block_size=min(DataConfig.block_size, positions))
-    cfg = Config(model=model, data=data, train=TrainConfig(early_stop_metric="loss"))
+    cfg = Config(model=model, data=data, train=TrainConfig())
     cfg.validate()
     return cfg
 

@@ -38,8 +38,8 @@ def attention(
     scores = query @ key.transpose(-2, -1)  # (B, H, Tq, Tk), the largest tensors of a layer
     if mask is None:  # in place: the product's backward does not need its output
         scores.div_(math.sqrt(d_k))
-    else:  # mask + scores / sqrt(d_k) in one pass, whose backward is one more: masked_fill_
-        # and div_ made two each way (-20% of a causal 256-token bf16 attention's time)
+    else:  # mask + scores / sqrt(d_k) in one pass, whose backward is one more (masked_fill_
+        # and div_ would make two each way)
         bias = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(~mask, float("-inf"))
         scores = torch.add(bias, scores, alpha=1.0 / math.sqrt(d_k))
     weights = scores.softmax(dim=-1)
@@ -194,10 +194,7 @@ class MultiHeadAttention(nn.Module):
         """The written-out path gives the weights to weights hooks, and it is the faster one in
         CPU training with attention dropout (SDPA's CPU dropout draws one bernoulli per
         weight) or under bf16 autocast, where SDPA's CPU flash kernel has a slow backward at
-        small heads. Forward + backward, 3 + 3 layers, torch 2.13, 2 cores, no attention
-        dropout: bf16, d_model 128, 128 x 16 tokens, 358 ms through SDPA, 164 written out
-        (256 wide, 32 x 64 tokens: 348 against 268; 8 x 256 tokens: 336 against 344); in
-        fp32 SDPA is as fast or faster (8 x 256 tokens: 553 against 643), so fp32 keeps it."""
+        small heads (docs/benchmarks.md); in fp32 SDPA is as fast or faster, so fp32 keeps it."""
         if self.records_weights:
             return True
         if not self.training or q.device.type != "cpu":

@@ -21,23 +21,29 @@ budget in seconds:
                    validation point) would pass B
     refusal        a budget whose warmup alone takes longer than B, at the speed of the first
                    CHECK_STEPS steps, or that runs out before the warmup ends, is refused in one line
+    set aside      train.schedule, max_steps, max_seconds, valid_every and average_last: a budget
+                   decides these itself, and says so at the start when the config sets them
 
 A faster or slower machine trains more or fewer steps of the same plan: nothing is measured
 before training and nothing is re-planned."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, fields
 
 from transformer_mt.config import TrainConfig
 from transformer_mt.errors import UserError
+from transformer_mt.training.plan import Decision, Plan, StepPlan, TrainState
 from transformer_mt.training.schedule import Progress, warmup_peak
-from transformer_mt.training.trainer import TrainState
+
+log = logging.getLogger("transformer_mt")
 
 VALIDATIONS = 10  # validation points, one each tenth of the budget
 AVERAGED = 5  # snapshots averaged at the end, spread over the last AVERAGE_SPAN of the budget
 AVERAGE_SPAN = 0.1
 CHECK_STEPS = 20  # steps after which a budget that cannot fit the warmup is refused
+REPLACED = ("schedule", "max_steps", "max_seconds", "valid_every", "average_last")  # what a budget decides itself
 
 
 class BudgetTooShort(UserError):
@@ -51,13 +57,13 @@ def crossed(since: float, now: float, every: float) -> bool:
 
 @dataclass(frozen=True)
 class Budget:
-    """The learning rate (a Schedule) and the validation, snapshot and stop points (a Pace)
-    of a run of `seconds` wall-clock seconds."""
+    """The plan (training/plan.py) of a run of `seconds` wall-clock seconds."""
 
     seconds: float
     warmup_steps: int
     peak: float
     total_steps = None  # unknown in advance: the machine's speed decides
+    averaged = AVERAGED
 
     @classmethod
     def of(cls, train: TrainConfig, d_model: int) -> "Budget":
@@ -77,29 +83,45 @@ class Budget:
         left = max(self.seconds - progress.elapsed, 0.0)
         return self.peak * left / max(self.seconds - progress.warmup_elapsed, 1e-9)
 
-    def validate_now(self, state: TrainState, since: float) -> bool:
-        """After the step in which a tenth of the budget passed."""
-        return crossed(since, state.elapsed, self.seconds / VALIDATIONS)
-
-    def snapshot_now(self, state: TrainState, since: float) -> bool:
-        """After the step in which a fiftieth of the budget passed, in its last tenth."""
-        return (state.elapsed >= (1 - AVERAGE_SPAN) * self.seconds
-                and crossed(since, state.elapsed, AVERAGE_SPAN * self.seconds / AVERAGED))
-
-    def finished(self, state: TrainState, since: float) -> bool:
-        """Whether the run stops after this step (BudgetTooShort when its warmup cannot fit)."""
-        closing = 2 * state.validation_seconds  # the last step's validation point and the average's
+    def after_step(self, state: TrainState, since: float) -> Decision:
+        """Validate after the step in which a tenth of the budget passed; snapshot after the step
+        in which a fiftieth passed, in its last tenth; stop when one more step (as long as this
+        one) and the two closing validation points (the last step's and the average's, each as
+        long as the last one) would pass the budget. Records where the warmup ended (t_w)."""
+        if state.step == self.warmup_steps:
+            state.warmup_elapsed = state.elapsed
+        closing = 2 * state.validation_seconds
         stop = state.elapsed + (state.elapsed - since) + closing > self.seconds
-        if state.step < self.warmup_steps and (stop or state.step == CHECK_STEPS):
-            self.check_warmup(state, stop)
-        return stop
+        self.refuse_if_too_short(state, stop)
+        snapshot = (state.elapsed >= (1 - AVERAGE_SPAN) * self.seconds
+                    and crossed(since, state.elapsed, AVERAGE_SPAN * self.seconds / AVERAGED))
+        return Decision(validate=crossed(since, state.elapsed, self.seconds / VALIDATIONS), snapshot=snapshot,
+                        stop=stop)
 
-    def check_warmup(self, state: TrainState, stopped: bool) -> None:
-        """Refuse the budget if the warmup, at the mean speed of the steps so far, would not fit it."""
+    def refuse_if_too_short(self, state: TrainState, stopping: bool) -> None:
+        """BudgetTooShort when the warmup, at the mean speed of the steps so far, would not fit the
+        budget: checked after CHECK_STEPS steps, and whenever the budget ends inside the warmup."""
+        if state.step >= self.warmup_steps or not (stopping or state.step == CHECK_STEPS):
+            return
         per_step = state.elapsed / state.step
         need = self.warmup_steps * per_step
-        if stopped or need >= self.seconds:
+        if stopping or need >= self.seconds:
             raise BudgetTooShort(
                 f"train.budget_minutes={self.seconds / 60:g}: the warmup's {self.warmup_steps} steps take about "
                 f"{need / 60:.1f} minutes here ({per_step:.3f} s a step over the first {state.step}); give more "
                 f"than {need / 60:.1f} minutes or lower train.warmup_steps")
+
+
+def make_plan(train: TrainConfig, d_model: int, announce: bool = True) -> Plan:
+    """The plan the config names, its budget or its steps; with `announce` (rank 0), logged
+    in one line, and a budget says in one more which options set in the config it sets aside."""
+    plan = Budget.of(train, d_model) if train.budget_minutes > 0 else StepPlan.of(train, d_model)
+    if not announce:
+        return plan
+    log.info(plan.describe())
+    defaults = {field.name: field.default for field in fields(TrainConfig)}
+    set_aside = [f"train.{key}={getattr(train, key)}" for key in REPLACED if getattr(train, key) != defaults[key]]
+    if train.budget_minutes > 0 and set_aside:
+        log.warning("train.budget_minutes=%g sets the learning rate, validation, averaging and the end itself: "
+                    "%s not used", train.budget_minutes, ", ".join(set_aside))
+    return plan

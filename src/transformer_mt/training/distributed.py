@@ -72,7 +72,7 @@ def import_before_the_group() -> None:
     destroy_process_group cannot free it and gloo's worker threads outlive it into interpreter
     shutdown. A worker thread still releasing its last collective's tensors then needs the GIL
     while Python finalizes, and the process aborts ("terminate called without an active
-    exception"; seen once in CI, on a torchrun worker that had finished). Imported first, the
+    exception" from a torchrun worker that had finished). Imported first, the
     defaults are None and destroy_process_group frees the group, joining its threads."""
     import torch.distributed.nn.functional  # noqa: F401
 

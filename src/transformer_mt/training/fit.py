@@ -11,12 +11,13 @@ import logging
 import shutil
 import time
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import Callable, Iterator
 
 from torch import nn
 
-from transformer_mt.config import Config, ConfigError, ModelConfig, replace
+from transformer_mt.config import SECTIONS, Config, ConfigError, ModelConfig, replace
 from transformer_mt.data.corpus_files import corpus_paths
 from transformer_mt.data.text_stream import load_or_train_text_tokenizer, text_paths
 from transformer_mt.data.tokenizer import Tokenizer
@@ -25,26 +26,51 @@ from transformer_mt.device import reuse_freed_memory
 from transformer_mt.errors import UserError
 from transformer_mt.runs import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
-from transformer_mt.training.budget import AVERAGED, Budget, BudgetTooShort
+from transformer_mt.training.budget import BudgetTooShort, make_plan
 from transformer_mt.training.hooks import make_hooks
 from transformer_mt.training.language_modeling import LanguageModelTask
-from transformer_mt.training.trainer import Trainer, seed_everything
+from transformer_mt.training.trainer import RunContext, Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
 
 log = logging.getLogger("transformer_mt")
 
 
+PLAN_KEYS = ("max_steps", "budget_minutes", "max_seconds", "valid_every", "patience")  # a resume may change these
+
+
+def config_changes(given: Config, saved: Config) -> dict[str, tuple[object, object]]:
+    """Every `section.key` whose value differs: (saved, given). The vocabulary sizes, which
+    a run fills in from its data, are not compared."""
+    sizes = dict(src_vocab_size=saved.model.src_vocab_size, tgt_vocab_size=saved.model.tgt_vocab_size)
+    given = replace(given, model=replace(given.model, **sizes))
+    return {f"{section}.{field.name}": (getattr(getattr(saved, section), field.name),
+                                        getattr(getattr(given, section), field.name))
+            for section in SECTIONS for field in fields(getattr(saved, section))
+            if getattr(getattr(saved, section), field.name) != getattr(getattr(given, section), field.name)}
+
+
 def resolve_run_config(cfg: Config | None, run: RunDir) -> Config:
-    """A new run uses `cfg`; an existing run resumes with the config it was started with."""
+    """A new run uses `cfg`; an existing run resumes with the config it was started with.
+    Given with a config of its own, a resumed run takes from it what its plan may change
+    (PLAN_KEYS: how long it trains, how often it validates), one line each, old -> new; any
+    other difference (the model, the data, the learning rate) is refused: the checkpoint
+    was trained with the saved values."""
     run.check_writable()
-    if run.config.is_file():
-        saved = run.read_config()
-        sizes = dict(src_vocab_size=saved.model.src_vocab_size, tgt_vocab_size=saved.model.tgt_vocab_size)
-        if cfg is not None and replace(cfg, model=replace(cfg.model, **sizes)) != saved:
-            log.warning("%s already exists: resuming with its saved config.yaml, not the one given", run.root)
-        return saved
+    if not run.config.is_file():
+        if cfg is None:
+            raise ConfigError(f"{run.config}: missing; give a config to start a new run")
+        return cfg
+    saved = run.read_config()
     if cfg is None:
-        raise ConfigError(f"{run.config}: missing; give a config to start a new run")
+        return saved
+    changes = config_changes(cfg, saved)
+    refused = [f"{key}={new} (trained with {old})" for key, (old, new) in changes.items()
+               if key.removeprefix("train.") not in PLAN_KEYS]
+    if refused:
+        raise UserError(f"{run.root}: a resumed run keeps its config.yaml, so {', '.join(refused)} cannot apply; "
+                        f"to train its weights with new settings, start a new --run with --init-from {run.root}")
+    for key, (old, new) in changes.items():
+        log.info("%s: %s %s -> %s", run.root, key, old, new)
     return cfg
 
 
@@ -117,11 +143,11 @@ def prepare_run(cfg: Config | None, run_dir: str | Path, progress: bool = True) 
 
 def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
         clock: Callable[[], float] = time.perf_counter) -> Trainer:
-    """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints.
-    Returns the Trainer (its `cfg`, `model` and `state`) after training. Sets the memory
-    settings the train command sets (device.reuse_freed_memory): without them, a Multi30k
-    step called from Python took 7% longer over 150 steps. `clock` times the run (a test
-    may pass its own, for a budget)."""
+    """Train a model as `cfg` says into run_dir, resuming if run_dir holds checkpoints
+    (`cfg` None: with its saved config; else what resolve_run_config lets it change).
+    Returns the Trainer (its `cfg`, `model` and `state`) after training. Sets the
+    allocator's settings for training (device.reuse_freed_memory) for the CLI and Python
+    callers alike. `clock` times the run (a test may pass its own, for a budget)."""
     reuse_freed_memory()
     run = RunDir(Path(run_dir))
     cfg = resolve_run_config(cfg, run)
@@ -132,14 +158,15 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
         with removed_on_failure(run, active=new_run and ctx.is_main):
             task = make_task(cfg, run, ctx, progress)
             cfg = task.cfg
+            if ctx.is_main and not new_run and cfg != run.read_config():
+                run.write_config(cfg)  # a resume's new plan, for the resumes after it
             seed_everything(cfg.train.seed)
             model = task.build_model()
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
-            budget = Budget.of(cfg.train, cfg.model.d_model) if cfg.train.budget_minutes > 0 else None
-            hooks = make_hooks(run, AVERAGED if budget else cfg.train.average_last)
-            trainer = Trainer(cfg, run, task, model, device, ctx.rank, ctx.world_size, progress, hooks=hooks,
-                              schedule=budget, pace=budget, clock=clock)
+            plan = make_plan(cfg.train, cfg.model.d_model, announce=ctx.is_main)
+            context = RunContext(cfg, run, task, model, device, ctx.rank, ctx.world_size)
+            trainer = Trainer(context, plan, make_hooks(run, plan.averaged), progress, clock)
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)
@@ -148,8 +175,6 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
             log.info("a step takes %d batch(es) of %s: %d process(es) x train.accumulate %d "
                      "(to keep the batch per step when the process count changes, scale accumulate inversely)",
                      ctx.world_size * t.accumulate, size, ctx.world_size, t.accumulate)
-            if budget:
-                log.info(budget.describe())
         if trainer.resume():
             log.info("resumed %s at step %d", run.root, trainer.state.step)
         try:

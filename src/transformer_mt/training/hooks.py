@@ -4,8 +4,8 @@ and after a resume.
 
 `Averaging` is the paper's checkpoint averaging (section 6.1: "averaging the last 5
 checkpoints, which were written at 10-minute intervals"), done as training goes: it keeps
-model-only snapshots (weights, no optimizer state) where the trainer's pace says (every
-train.average_every steps, or by time in a budget), the last `last` of them, and at the end
+model-only snapshots (weights, no optimizer state) where the run's plan says (at its
+validation points, or by time in a budget), the last `last` of them, and at the end
 averages them into average.safetensors. The `average` command
 averages the same files after the fact (runs.average_checkpoints). `PreferAverage` then
 makes the average the run's default model (best.safetensors, what translate, evaluate,
@@ -21,6 +21,8 @@ from transformer_mt.runs import (
     RunDir, average_weight_files, drop_snapshots_after, list_snapshots, load_weights, save_snapshot, save_weights,
 )
 
+from transformer_mt.training.plan import Decision
+
 if TYPE_CHECKING:
     from transformer_mt.training.trainer import Trainer
 
@@ -30,7 +32,7 @@ log = logging.getLogger("transformer_mt")
 class Hook:
     """Does nothing at every point; a hook overrides the points it needs."""
 
-    def after_step(self, trainer: "Trainer") -> None:
+    def after_step(self, trainer: "Trainer", decision: Decision) -> None:
         pass
 
     def at_end(self, trainer: "Trainer") -> None:
@@ -41,7 +43,7 @@ class Hook:
 
 
 class Averaging(Hook):
-    """Snapshots of the weights where the trainer's pace says (and at the last step), the
+    """Snapshots of the weights where the plan decides (and at the last step), the
     newest `last` kept in run/snapshots/; their element-wise mean becomes average.safetensors
     at the end of training. Only rank 0 writes."""
 
@@ -54,8 +56,8 @@ class Averaging(Hook):
         save_snapshot(trainer.model, self.run.snapshots, trainer.state.step, keep_last=self.last)
         self.newest = trainer.state.step
 
-    def after_step(self, trainer: "Trainer") -> None:
-        if trainer.rank == 0 and trainer.pace.snapshot_now(trainer.state, trainer.since):
+    def after_step(self, trainer: "Trainer", decision: Decision) -> None:
+        if trainer.rank == 0 and decision.snapshot:
             self._snapshot(trainer)
 
     def on_resume(self, trainer: "Trainer") -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_mt.config import Config, replace
+from transformer_mt.config import Config
 from transformer_mt.data.blocks import BlockBatch, BlockStream
 from transformer_mt.data.text_stream import (
     PreparedText, load_or_train_text_tokenizer, open_text, prepare_text, text_paths,
@@ -20,9 +20,9 @@ from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.generation import stream_loss, stream_scores
 from transformer_mt.model.language_model import DecoderOnly, build_language_model
 from transformer_mt.runs import RunDir, list_checkpoints
-from transformer_mt.training.distributed import DistributedContext, barrier
+from transformer_mt.training.distributed import DistributedContext
 from transformer_mt.training.loss import LabelSmoothingLoss
-from transformer_mt.training.task import Selection
+from transformer_mt.training.task import Selection, prepare_on_rank_0, with_vocab_sizes
 
 NO_PADDING = -100  # a text stream has no padding: no target is ignored
 
@@ -53,20 +53,14 @@ class LanguageModelTask:
     def prepare(cls, cfg: Config, run: RunDir, ctx: DistributedContext, progress: bool = False) -> "LanguageModelTask":
         """Text, vocabulary and the prepared stream: rank 0 makes them, the other ranks
         map the same files; config.yaml (with the vocabulary size) is written last."""
-        paths = None
-        if ctx.is_main:
-            run.root.mkdir(parents=True, exist_ok=True)
+        def make() -> tuple[Tokenizer, PreparedText]:
             paths = text_paths(cfg.data, run.data, cfg.train.seed)
             tokenizer = load_or_train_text_tokenizer(cfg.data, paths.train, run.tokenizer_file, cfg.train.seed)
-            data = prepare_text(paths, run.tokenizer_file, tokenizer, run.prepared,
-                                may_rebuild=not list_checkpoints(run.checkpoints))
-        barrier(ctx)
-        if not ctx.is_main:
-            tokenizer, data = run.read_tokenizer(), open_text(run.prepared)
-        size = len(tokenizer)
-        cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=size, tgt_vocab_size=size))
-        if ctx.is_main and not run.config.is_file():
-            run.write_config(cfg)
+            return tokenizer, prepare_text(paths, run.tokenizer_file, tokenizer, run.prepared,
+                                           may_rebuild=not list_checkpoints(run.checkpoints))
+
+        tokenizer, data = prepare_on_rank_0(run, ctx, make, lambda: (run.read_tokenizer(), open_text(run.prepared)))
+        cfg = with_vocab_sizes(cfg, run, ctx, len(tokenizer), len(tokenizer))
         return cls(cfg, tokenizer, data)
 
     @property

@@ -6,7 +6,6 @@ never builds that (N, V) matrix, and its tests check it against that function.""
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -40,20 +39,17 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         -sum_v q_v log softmax(x)_v = logsumexp(x) - (1 - s) x_y - s mean_v(x_v)
     and its gradient is softmax(x) - q. `F.cross_entropy(..., label_smoothing=s)` gives the
     same numbers, but for a (N, V) batch of bf16 logits it converts and stores fp32
-    log-probabilities and makes several more full (N, V) passes in the backward: with an 8k
-    vocabulary that was about a third of a small model's training step on a CPU. Here each
+    log-probabilities and makes several more full (N, V) passes in the backward, and with an 8k
+    vocabulary those passes are a large share of a small model's CPU training step. Here each
     block of `ROWS` rows is converted to fp32 once, stays in the CPU cache, and gives both
     the loss and softmax(x) - q, stored in the logits' dtype; the backward only scales that
-    by the incoming gradient (the loss is a sum, so its gradient is a scalar). Computing the
-    softmax here rather than again in the backward cut the loss's time by a third on a 2-core
-    CPU (benchmarks/train_speed.py's docstring). Rows whose target is `ignore_index` contribute
-    nothing. `with_grad` False (validation, under no_grad) skips the gradient.
+    by the incoming gradient (the loss is a sum, so its gradient is a scalar), instead of
+    computing the softmax again. Rows whose target is `ignore_index` contribute nothing. `with_grad` False (validation, under no_grad) skips the gradient.
 
     `scale` multiplies the loss, and its gradient already in the blocks, while they are in the
     cache: the trainer divides the summed loss by the step's target tokens, and the backward
     then gets an incoming gradient of exactly 1 and returns the stored one as it is, instead
-    of one more pass over the (N, V) gradient to multiply it (15 of ~450 ms of the recipe's
-    bf16 step on a 2-core Xeon with AMX; docs/benchmarks.md). In fp32 the numbers are the ones
+    of one more pass over the (N, V) gradient to multiply it. In fp32 the numbers are the ones
     a multiply afterwards gives.
 
     `never` (a tensor of column ids, or None) names outputs the model gives probability
@@ -132,23 +128,3 @@ class LabelSmoothingLoss(torch.nn.Module):
             logits.reshape(-1, logits.size(-1)), target.reshape(-1), self.smoothing, self.pad_id, never, with_grad,
             scale,
         )
-
-
-class Scaled(torch.nn.Module):
-    """A criterion without a `scale` argument (torch's nn.CrossEntropyLoss(reduction="sum"),
-    a task's own loss) given the interface the trainer calls: loss(logits, target, scale)
-    is the wrapped loss times scale, computed after it (LabelSmoothingLoss instead applies
-    the scale inside its blocks, which saves a pass over the N x V gradient)."""
-
-    def __init__(self, criterion: torch.nn.Module) -> None:
-        super().__init__()
-        self.criterion = criterion
-
-    def forward(self, logits: torch.Tensor, target: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-        return self.criterion(logits, target) * scale
-
-
-def with_scale(criterion: torch.nn.Module) -> torch.nn.Module:
-    """`criterion` itself if its forward takes a `scale`, else the criterion wrapped in Scaled."""
-    takes_scale = "scale" in inspect.signature(criterion.forward).parameters
-    return criterion if takes_scale else Scaled(criterion)

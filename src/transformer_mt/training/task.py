@@ -9,8 +9,7 @@ between, say, translation (training/translation.py) and a language model:
     loss_view(model)       a module whose forward(batch) is (logits (N, V), targets (N,)):
                            the N predicted tokens of the batch. DDP wraps this module,
                            so gradients are reduced by the ordinary forward/backward
-    criterion(model)       the loss of (logits, targets[, scale]), summed over tokens (times scale);
-                           one without `scale` (torch's own) is multiplied by it after (Scaled)
+    criterion(model)       the loss of (logits, targets, scale), summed over tokens, times scale
     validate(model, ...)   a dict of validation numbers ({} without validation data)
     selection              which of those numbers selects the best model, and its direction
     summary(batches)       one log line about the data, before training starts
@@ -23,10 +22,16 @@ tokens were cut into batches or processes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 import torch
 from torch import nn
+
+from transformer_mt.config import Config, replace
+from transformer_mt.runs import RunDir
+from transformer_mt.training.distributed import DistributedContext, barrier
+
+Prepared = TypeVar("Prepared")
 
 
 class TrainingBatch(Protocol):
@@ -90,3 +95,23 @@ class Task(Protocol):
 
     def prepared_summary(self) -> str:
         ...
+
+
+def prepare_on_rank_0(run: RunDir, ctx: DistributedContext, make: Callable[[], Prepared],
+                      read: Callable[[], Prepared]) -> Prepared:
+    """What a task prepares (vocabulary, encoded data): rank 0 makes it in the run folder
+    (`make`), the other ranks wait for it, then open the same files (`read`)."""
+    if ctx.is_main:
+        run.root.mkdir(parents=True, exist_ok=True)
+        made = make()
+    barrier(ctx)
+    return made if ctx.is_main else read()
+
+
+def with_vocab_sizes(cfg: Config, run: RunDir, ctx: DistributedContext, source: int, target: int) -> Config:
+    """The task's config, its vocabulary sizes filled in; a new run's config.yaml is written
+    now (rank 0), last, once everything before it succeeded."""
+    cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=source, tgt_vocab_size=target))
+    if ctx.is_main and not run.config.is_file():
+        run.write_config(cfg)
+    return cfg

@@ -11,8 +11,8 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -29,58 +29,26 @@ from transformer_mt.training.distributed import (
     all_reduce_sum, broadcast_object, gather_objects, rank_seed, threads_of_waiting_ranks,
 )
 from transformer_mt.training.hooks import Hook
-from transformer_mt.training.loss import perplexity, with_scale
-from transformer_mt.training.schedule import Progress, Schedule, make_optimizer, make_schedule, set_lr
+from transformer_mt.training.loss import perplexity
+from transformer_mt.training.plan import Decision, Plan, TrainState
+from transformer_mt.training.schedule import Progress, make_optimizer, set_lr
 from transformer_mt.training.task import Task
 
 log = logging.getLogger("transformer_mt")
 
 
-@dataclass
-class TrainState:
-    """What, besides weights and optimizer, a resumed run must continue from."""
-
-    step: int = 0
-    train_seconds: float = 0.0  # in optimizer steps (what train.max_seconds counts)
-    elapsed: float = 0.0  # rank 0's wall clock since the first step, validation points included
-    warmup_elapsed: float = 0.0  # `elapsed` at the end of the warmup (where a budget's decay starts)
-    validation_seconds: float = 0.0  # what the last validation point took on rank 0
-    best: float | None = None  # the best value of the selection metric so far
-    best_metric: str = ""  # which metric `best` is
-    bad_validations: int = 0
-
-
-class Pace(Protocol):
-    """When the loop validates, keeps a snapshot for averaging, and stops. Each answer is
-    asked after a step, of the state every rank agrees on; `since` is `state.elapsed` as it
-    was before that step."""
-
-    total_steps: int | None  # known in advance, or None
-
-    def validate_now(self, state: TrainState, since: float) -> bool: ...
-
-    def snapshot_now(self, state: TrainState, since: float) -> bool: ...
-
-    def finished(self, state: TrainState, since: float) -> bool: ...
-
-
 @dataclass(frozen=True)
-class StepPace:
-    """Validation every train.valid_every steps, snapshots every train.average_every (0: at
-    the validation points), the end at train.max_steps."""
+class RunContext:
+    """What a run trains: its config and folder, the task and its model, on which device, as
+    which of how many processes (DDP)."""
 
-    valid_every: int
-    average_every: int
-    total_steps: int
-
-    def validate_now(self, state: TrainState, since: float) -> bool:
-        return state.step % self.valid_every == 0
-
-    def snapshot_now(self, state: TrainState, since: float) -> bool:
-        return state.step % (self.average_every or self.valid_every) == 0
-
-    def finished(self, state: TrainState, since: float) -> bool:
-        return state.step >= self.total_steps
+    cfg: Config
+    run: RunDir
+    task: Task
+    model: nn.Module
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
 
 
 def rng_state() -> dict:
@@ -123,59 +91,39 @@ def seed_everything(seed: int) -> None:
 
 class Trainer:
     """Trains a task's model and writes a run directory (see training/task.py for what a
-    task provides; the loop knows nothing of translation).
+    task provides; the loop knows nothing of translation), following a plan
+    (training/plan.py: the learning rate, and when to validate, snapshot and stop).
 
     Under DDP (N processes) every optimizer step is the one a single process with
     `accumulate: N * k` would take on the same batches: the loss is divided by the
     step's target tokens summed over all ranks. Each rank draws its own dropout
-    (seeded by `rank_seed`) and its random states are saved as its own. Stop decisions
-    (time cap, non-finite loss) are agreed by all ranks, so none waits alone in an
-    all-reduce. Only rank 0 writes files and validates; it hands its result to the other
-    ranks, so all reach the same early-stopping decisions. `hooks` are told of each
-    step, the end and a resume (training/hooks.py). `schedule` and `pace` replace the
-    learning rate and the step counts cfg.train names (a budget: training/budget.py);
-    `clock` (seconds) is rank 0's time source for TrainState.elapsed."""
+    (seeded by `rank_seed`) and its random states are saved as its own. Every rank takes
+    rank 0's clock with each step's loss, so all take the plan's decisions together and none
+    waits alone in an all-reduce. Only rank 0 writes files and validates; it hands its result
+    to the other ranks, so all reach the same early-stopping decisions. `hooks` are told of
+    each step, the end and a resume (training/hooks.py); `clock` (seconds) is rank 0's time
+    source for TrainState.elapsed."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        run: RunDir,
-        task: Task,
-        model: nn.Module,
-        device: torch.device,
-        rank: int = 0,
-        world_size: int = 1,
-        progress: bool = True,
-        hooks: Iterable[Hook] = (),
-        schedule: Schedule | None = None,
-        pace: Pace | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.cfg, self.run, self.task = cfg, run, task
-        self.device, self.rank, self.world_size = device, rank, world_size
-        self.model = model.to(device)
-        self.precision = resolve_precision(cfg.train.precision, device)
-        self.wrapped: nn.Module = task.loss_view(self.model)  # forward(batch) -> (logits, targets)
-        if world_size > 1:
+    def __init__(self, context: RunContext, plan: Plan, hooks: Iterable[Hook] = (), progress: bool = True,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.cfg, self.run, self.task, self.device = context.cfg, context.run, context.task, context.device
+        self.rank, self.world_size = context.rank, context.world_size
+        self.model = context.model.to(self.device)
+        self.precision = resolve_precision(self.cfg.train.precision, self.device)
+        self.wrapped: nn.Module = self.task.loss_view(self.model)  # forward(batch) -> (logits, targets)
+        if self.world_size > 1:
             self.wrapped = nn.parallel.DistributedDataParallel(
-                self.wrapped, device_ids=[device.index] if device.type == "cuda" else None
+                self.wrapped, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
-        self.optimizer = make_optimizer(self.model.parameters(), cfg.train)
-        self.schedule = schedule if schedule is not None else make_schedule(cfg.train, cfg.model.d_model)
-        t = cfg.train
-        self.pace = pace if pace is not None else StepPace(t.valid_every, t.average_every, t.max_steps)
-        self.clock, self.origin = clock, 0.0  # elapsed = clock() - origin (set when train() starts)
-        self.since = 0.0  # state.elapsed before the last step (Pace's `since`)
-        self.finished = False  # the pace's end reached
-        self.criterion = with_scale(task.criterion(self.model))  # loss(logits, target, scale)
-        self.batches = task.train_batches(cfg.train.seed, rank, world_size, cfg.train.accumulate)
-        self.hooks = list(hooks)
-        self.state = TrainState(best_metric=task.selection.metric)
-        self.last_validation: dict[str, Any] = {}
-        self.time_up = False
-        if rank > 0:  # after the model is built: every rank starts from the same weights
-            seed_everything(rank_seed(cfg.train.seed, rank))
-        self.progress = progress and rank == 0
+        self.optimizer = make_optimizer(self.model.parameters(), self.cfg.train)
+        self.criterion = self.task.criterion(self.model)  # loss(logits, target, scale)
+        self.batches = self.task.train_batches(self.cfg.train.seed, self.rank, self.world_size,
+                                               self.cfg.train.accumulate)
+        self.plan, self.hooks, self.clock = plan, list(hooks), clock
+        self.state = TrainState()
+        if self.rank > 0:  # after the model is built: every rank starts from the same weights
+            seed_everything(rank_seed(self.cfg.train.seed, self.rank))
+        self.progress = progress and self.rank == 0
         self._writer = None
 
     def release_process_group(self) -> None:
@@ -212,20 +160,17 @@ class Trainer:
         grad_norm = 0.0
         if self.cfg.train.clip_norm > 0:
             grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.train.clip_norm))
-        lr = self.schedule.lr_at(Progress(self.state.step + 1, self.state.elapsed, self.state.warmup_elapsed))
+        lr = self.plan.lr_at(Progress(self.state.step + 1, self.state.elapsed, self.state.warmup_elapsed))
         set_lr(self.optimizer, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": total, "lr": lr, "tokens": n_tokens, "grad_norm": grad_norm}
 
-    def agree(self, loss: float, time_up: bool, elapsed: float) -> tuple[float, bool]:
-        """The step's loss over all ranks and whether any rank's clock passed
-        train.max_seconds; every rank takes rank 0's clock (`elapsed` now, `since`, the cost of
-        the last validation point). One all-reduce, so every rank takes the same decisions."""
-        clock = [self.since, elapsed, self.state.validation_seconds] if self.rank == 0 else [0.0, 0.0, 0.0]
-        total, late, self.since, self.state.elapsed, self.state.validation_seconds = all_reduce_sum(
-            [loss, float(time_up), *clock], self.world_size)
-        return total, late > 0
+    def agree(self, loss: float, now: float) -> tuple[float, float]:
+        """The step's loss summed over the ranks, and rank 0's clock (`now`): one all-reduce, so
+        every rank asks the plan about the same time and takes the same decision."""
+        total, elapsed = all_reduce_sum([loss, now if self.rank == 0 else 0.0], self.world_size)
+        return total, elapsed
 
     # ---- validation ---------------------------------------------------------------
     def _improved(self, result: dict[str, Any]) -> bool:
@@ -239,11 +184,11 @@ class Trainer:
         self.state.bad_validations += 1
         return False
 
-    def _validation_point(self) -> None:
+    def _validation_point(self, origin: float) -> None:
         """Validate (on rank 0 only: the others get its result, so every rank takes the
         same early-stopping decision), keep the best weights, checkpoint. A task without
         validation data has nothing to select on: best.safetensors is then the newest
-        weights."""
+        weights. The clock moves on by what this took, on rank 0's clock for every rank."""
         result = None
         if self.rank == 0:
             with threads_of_waiting_ranks(self.device):
@@ -251,16 +196,14 @@ class Trainer:
         result = broadcast_object(result, self.world_size)
         if result:
             improved = self._improved(result)
-            event = {"event": "valid", "step": self.state.step, **result, "best": improved}
-            self.last_validation = event
-            self.log(event)
+            self.log({"event": "valid", "step": self.state.step, **result, "best": improved})
             if improved and self.rank == 0:
                 save_weights(self.model, self.run.best)
         elif self.rank == 0:
             save_weights(self.model, self.run.best)
-        if self.rank == 0:  # the checkpoint records the time with this validation point's
-            now = self.clock() - self.origin
-            self.state.validation_seconds, self.state.elapsed = now - self.state.elapsed, now
+        now = self.clock() - origin if self.rank == 0 else 0.0
+        now = broadcast_object(now, self.world_size)  # the checkpoint records the time with this point's
+        self.state.validation_seconds, self.state.elapsed = now - self.state.elapsed, now
         self.save()
 
     # ---- files (rank 0 only) ------------------------------------------------------
@@ -319,7 +262,7 @@ class Trainer:
         load_model_state(self.model, state["model"], path, self.run.config)
         self.optimizer.load_state_dict(state["optimizer"])
         self.batches.load_state_dict(state["batches"])
-        self.state = TrainState(**state["trainer"])
+        self.state = TrainState.from_checkpoint(state["trainer"])
         self._restore_rng(state["rng"], path)
         if self.rank == 0:
             drop_metrics_after(self.run.metrics, self.state.step)
@@ -339,36 +282,30 @@ class Trainer:
             seed_everything(rank_seed(self.cfg.train.seed + self.state.step, self.rank))
 
     # ---- the loop -----------------------------------------------------------------
-    def _should_stop(self) -> bool:
-        t = self.cfg.train
-        return self.finished or self.time_up or (t.patience > 0 and self.state.bad_validations >= t.patience)
+    def _out_of_patience(self) -> bool:
+        patience = self.cfg.train.patience
+        return patience > 0 and self.state.bad_validations >= patience
 
     def train(self) -> TrainState:
-        """Train until the pace's end (max_steps or a budget), max_seconds or early stopping;
-        return the final state."""
+        """Train until the plan says stop (max_steps, max_seconds or a budget) or early
+        stopping; return the final state."""
         t = self.cfg.train
-        bar = tqdm(total=self.pace.total_steps, initial=self.state.step, disable=not self.progress,
+        bar = tqdm(total=self.plan.total_steps, initial=self.state.step, disable=not self.progress,
                    desc="train", unit="step", dynamic_ncols=True)
         window_tokens, window_start = 0, time.perf_counter()
-        last_interval = self.state.step
-        self.origin = self.clock() - self.state.elapsed
-        self.time_up = self.agree(0.0, 0 < t.max_seconds <= self.state.train_seconds, self.state.elapsed)[1]
-        self.since = self.state.elapsed
-        self.finished = self.state.step > 0 and self.pace.finished(self.state, self.since)
-        while not self._should_stop():
-            start = time.perf_counter()
-            self.since = self.state.elapsed
+        origin = self.clock() - self.state.elapsed  # elapsed = clock() - origin, on rank 0
+        # a resumed run may have reached its plan's end: asked of a copy, since asking may record
+        decision = Decision(stop=self.state.step > 0 and self.plan.after_step(replace(self.state),
+                                                                               self.state.elapsed).stop)
+        validated = self.state.step  # the step of the last validation point
+        while not (decision.stop or self._out_of_patience()):
+            since = self.state.elapsed
             stats = self.train_step()
-            self.state.train_seconds += time.perf_counter() - start
             self.state.step += 1
-            late = t.max_seconds > 0 and self.state.train_seconds >= t.max_seconds
-            stats["loss"], self.time_up = self.agree(stats["loss"], late, self.clock() - self.origin)
-            if self.state.step == t.warmup_steps:
-                self.state.warmup_elapsed = self.state.elapsed
-            validate = self.pace.validate_now(self.state, self.since)
-            if not math.isfinite(stats["loss"]) or validate:
+            stats["loss"], self.state.elapsed = self.agree(stats["loss"], self.clock() - origin)
+            decision = self.plan.after_step(self.state, since)
+            if not math.isfinite(stats["loss"]) or decision.validate:
                 self.check_finite(stats["loss"])
-            self.finished = self.pace.finished(self.state, self.since)
             window_tokens += stats["tokens"]
             bar.update(1)
             if self.state.step % t.log_every == 0 or self.state.step == 1:
@@ -376,17 +313,17 @@ class Trainer:
                 bar.set_postfix(loss=f"{stats['loss']:.3f}", lr=f"{stats['lr']:.2e}", tok_s=f"{tok_s:.0f}")
                 self.log({"event": "train", "step": self.state.step, "loss": stats["loss"],
                           "ppl": perplexity(stats["loss"]), "lr": stats["lr"], "tokens_per_s": tok_s,
-                          "train_seconds": self.state.train_seconds, "elapsed": self.state.elapsed})
+                          "elapsed": self.state.elapsed})
                 window_tokens, window_start = 0, time.perf_counter()
             for hook in self.hooks:
-                hook.after_step(self)
-            if validate:
-                self._validation_point()
-                last_interval = self.state.step
+                hook.after_step(self, decision)
+            if decision.validate:
+                self._validation_point(origin)
+                validated = self.state.step
                 window_start = time.perf_counter()
-        if self.state.step != last_interval:
+        if self.state.step != validated:
             self.check_finite(stats["loss"])
-            self._validation_point()
+            self._validation_point(origin)
         for hook in self.hooks:
             hook.at_end(self)
         bar.close()

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_mt.config import Config, replace
+from transformer_mt.config import Config
 from transformer_mt.data.batching import Batch, BatchStream
 from transformer_mt.data.corpus_files import corpus_paths
 from transformer_mt.data.prepare import Limits, PreparedData, prepare_corpus, require_prepared
@@ -26,9 +26,9 @@ from transformer_mt.files import atomic_path
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder, build_model
 from transformer_mt.runs import RunDir, list_checkpoints
-from transformer_mt.training.distributed import DistributedContext, barrier
+from transformer_mt.training.distributed import DistributedContext
 from transformer_mt.training.loss import LabelSmoothingLoss, perplexity
-from transformer_mt.training.task import Selection
+from transformer_mt.training.task import Selection, prepare_on_rank_0, with_vocab_sizes
 from transformer_mt.translator import Translator
 
 log = logging.getLogger("transformer_mt")
@@ -75,23 +75,22 @@ class TranslationTask:
         vocabulary sizes filled in; config.yaml is written last, once everything before
         it succeeded."""
         limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1, cfg.data.train_pairs)
-        if ctx.is_main:
-            run.root.mkdir(parents=True, exist_ok=True)
+
+        def make() -> tuple[Tokenizer, PreparedData]:
             paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
             if cfg.train.init_from and not run.tokenizer_file.is_file():
                 copy_tokenizer(RunDir(Path(cfg.train.init_from)).require(), run)
             tokenizer = load_or_train_tokenizer(cfg.data, paths.train, run.tokenizer_file, cfg.train.seed)
-            data = prepare_corpus(paths, run.tokenizer_file, max(vocab_sizes(tokenizer)), run.prepared, limits,
-                                  may_rebuild=not list_checkpoints(run.checkpoints), progress=progress)
-        barrier(ctx)
-        if not ctx.is_main:
+            return tokenizer, prepare_corpus(paths, run.tokenizer_file, max(vocab_sizes(tokenizer)), run.prepared,
+                                             limits, may_rebuild=not list_checkpoints(run.checkpoints),
+                                             progress=progress)
+
+        def read() -> tuple[Tokenizer, PreparedData]:
             paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
-            tokenizer = run.read_tokenizer()
-            data = require_prepared(paths, run.tokenizer_file, run.prepared, limits)
-        source, target = vocab_sizes(tokenizer)
-        cfg = replace(cfg, model=replace(cfg.model, src_vocab_size=source, tgt_vocab_size=target))
-        if ctx.is_main and not run.config.is_file():
-            run.write_config(cfg)
+            return run.read_tokenizer(), require_prepared(paths, run.tokenizer_file, run.prepared, limits)
+
+        tokenizer, data = prepare_on_rank_0(run, ctx, make, read)
+        cfg = with_vocab_sizes(cfg, run, ctx, *vocab_sizes(tokenizer))
         return cls(cfg, tokenizer, data)
 
     def build_model(self) -> EncoderDecoder:
