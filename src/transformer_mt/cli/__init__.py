@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import logging
 import sys
+import typing
 from typing import Any, Callable, NoReturn, Sequence
 
 from transformer_mt import __version__
@@ -98,13 +99,14 @@ def path_arg(text: str) -> str:
 
 def option_value(key: str) -> Callable[[str], Any]:
     """argparse type for the config option `key` (section.name): the value as an override
-    `--key=TEXT` would read it, checked by the option's own checks (`--beam 0` fails at parse
-    time with the message decode.beam gives)."""
+    `--key=TEXT` would read it (a text option takes TEXT as it is), checked by the option's own
+    checks (`--beam 0` fails at parse time with the message decode.beam gives)."""
     section, name = key.split(".")
+    is_text = typing.get_type_hints(SECTIONS[section])[name] is str
 
     def value(text: str) -> Any:
         try:
-            _, parsed = parse_override(f"--{key}={text}")
+            parsed = text if is_text else parse_override(f"--{key}={text}")[1]
             return getattr(getattr(config_from_dict({section: {name: parsed}}), section), name)
         except ConfigError as err:
             raise argparse.ArgumentTypeError(str(err).removeprefix(f"{key}: ")) from None
