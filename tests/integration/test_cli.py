@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from transformer_mt.cli import main
-
-
-def cli(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transformer_mt", *args], input=stdin, text=True,
-                          capture_output=True, cwd=cwd, timeout=300)
 
 
 @pytest.mark.parametrize(
@@ -45,13 +39,6 @@ def test_unknown_option_is_an_argparse_error(capsys: pytest.CaptureFixture) -> N
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", "run", "--colour"])
     assert exit_info.value.code == 2
-
-
-def test_translate_reads_stdin(tiny_run: Path) -> None:
-    result = cli("translate", str(tiny_run), stdin="w1 w2 w3\n\nw4\n")
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert len(lines) == 3 and lines[1] == ""
 
 
 def test_only_batch_commands_set_the_training_allocator(tiny_run: Path, tmp_path: Path, monkeypatch) -> None:
