@@ -1,19 +1,27 @@
-"""Decoding speed, side by side: ours (fp32, bf16, int8), Hugging Face Marian, CTranslate2.
+"""Decoding speed, side by side, each system at its best thread count: ours (fp32, bf16,
+int8), Hugging Face Marian, CTranslate2.
 
 Every system gets the same random-weight model size (a preset of configs/), the same
 random source sentences of 10-30 tokens, and must emit exactly `--length` target tokens
 per sentence (eos is banned until then and decoding stops there), so all do the same
 work. Two settings: beam 4 with batches of 32 sentences, and greedy one sentence at a
-time. Prints target tokens/s and sentences/s; with --json the last stdout line is
+time. Each (system, thread count) runs in a fresh process of its own, at 1, 2, 4, ...
+threads up to the host's cores: a CTranslate2 process loads neither torch nor this
+toolkit (its models are converted beforehand), so no second OpenMP runtime shares it,
+and each system is shown at its best thread count, named (on two vCPUs two threads can
+be several times slower than one). A row whose system emitted another number of tokens
+is flagged. Prints target tokens/s and sentences/s; with --json the last stdout line is
 
-    {"rows": [{"system", "preset", "setting", "tokens_per_s", "sentences_per_s"}, ...]}
+    {"peak_gflops": {"fp32", "bf16"},
+     "rows": [{"system", "preset", "setting", "threads", "tokens_per_s", "sentences_per_s",
+               "flag", "torch_loaded", "best"}, ...]}
 
 Hugging Face and CTranslate2 rows need `pip install transformers ctranslate2` (they are
 skipped with a message otherwise). `ct2-*`: the Hugging Face model converted with
 CTranslate2's TransformersConverter; `export-*`: our own model exported with
 `transformer-mt export ctranslate2`'s spec builder (what a user of this toolkit deploys).
 
-    python benchmarks/decode_speed.py --quick          # small preset, < 3 minutes
+    python benchmarks/decode_speed.py --quick          # small preset, < 6 minutes
     python benchmarks/decode_speed.py                  # small and base, 500 sentences
 """
 
@@ -28,20 +36,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
-
-from transformer_mt.config import ModelConfig, load_config, replace
-from transformer_mt.decoding.beam import beam_search
-from transformer_mt.decoding.greedy import greedy_decode
-from transformer_mt.model.transformer import build_model
-from transformer_mt.device import reuse_freed_memory
-from transformer_mt.quantize import prepare_model
+if TYPE_CHECKING:
+    from transformer_mt.config import ModelConfig
 
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
 SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "hf", "ct2-float32", "ct2-int8", "export-float32", "export-int8")
+CONVERTED = ("ct2-float32", "ct2-int8", "export-float32", "export-int8")  # CTranslate2 models, made beforehand
 # Our special ids (data/specials.py); the Marian model uses eos = 0 and pad = last id.
 PAD, BOS, EOS = 0, 2, 3
 
@@ -64,6 +67,8 @@ def make_workload(count: int, length: int, seed: int = 1) -> Workload:
 
 
 def model_config(preset: str) -> ModelConfig:
+    from transformer_mt.config import load_config, replace
+
     cfg = load_config(preset, ["--data.task=copy"]).model
     return replace(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, dropout=0.0)
 
@@ -72,6 +77,13 @@ def ours(cfg: ModelConfig, dtype: str) -> Decode:
     """beam_search on our model with its weights as `translate --dtype` prepares them:
     bfloat16 casts the weights (no autocast re-casting per step), int8 quantizes every
     Linear layer (float32 activations)."""
+    import torch
+
+    from transformer_mt.decoding.beam import beam_search
+    from transformer_mt.decoding.greedy import greedy_decode
+    from transformer_mt.model.transformer import build_model
+    from transformer_mt.quantize import prepare_model
+
     torch.manual_seed(1)
     model = prepare_model(build_model(cfg), dtype)
 
@@ -92,6 +104,8 @@ def ours(cfg: ModelConfig, dtype: str) -> Decode:
 
 def hf_marian(cfg: ModelConfig):
     """A random Hugging Face MarianMTModel of the same sizes (None if not installed)."""
+    import torch
+
     try:
         from transformers import MarianConfig, MarianMTModel
         from transformers.utils import logging as hf_logging
@@ -111,6 +125,8 @@ def hf_marian(cfg: ModelConfig):
 
 
 def hf(model) -> Decode:
+    import torch
+
     def decode(batch: list[list[int]], beam: int, length: int) -> int:
         width = max(len(s) for s in batch) + 1
         ids = torch.full((len(batch), width), VOCAB - 1, dtype=torch.long)
@@ -178,6 +194,10 @@ def export_models(cfg: ModelConfig, directory: str) -> dict[str, str] | None:
         from transformer_mt.interop.ctranslate2 import build_spec
     except ImportError:
         return None
+    import torch
+
+    from transformer_mt.model.transformer import build_model
+
     torch.manual_seed(1)
     model = build_model(cfg).eval()
     out = {}
@@ -210,8 +230,9 @@ def ct2(path: str, compute_type: str, threads: int, append_eos: bool = True) -> 
     return decode
 
 
-def measure(decode: Decode, work: Workload, beam: int, batch_size: int) -> tuple[float, float]:
-    """(target tokens/s, sentences/s) over the workload, after one warm-up batch."""
+def measure(decode: Decode, work: Workload, beam: int, batch_size: int) -> tuple[float, float, str]:
+    """(target tokens/s, sentences/s, flag) over the workload, after one warm-up batch; the
+    flag says how many tokens a system emitted when it is not the number asked for."""
     ordered = sorted(work.sentences, key=len)
     batches = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
     decode(batches[0], beam, work.length)
@@ -219,114 +240,163 @@ def measure(decode: Decode, work: Workload, beam: int, batch_size: int) -> tuple
     produced = sum(decode(batch, beam, work.length) for batch in batches)
     seconds = time.perf_counter() - start
     expected = len(ordered) * work.length
-    if produced != expected:
-        raise RuntimeError(f"produced {produced} target tokens, expected {expected}")
-    return produced / seconds, len(ordered) / seconds
+    flag = "" if produced == expected else f"emitted {produced} target tokens, not {expected}"
+    return produced / seconds, len(ordered) / seconds, flag
 
 
-def build_systems(cfg: ModelConfig, only: set[str], threads: int, tmp: str) -> dict[str, Decode]:
-    """The systems named in `only` that can run here; the others are skipped with a message."""
-    systems: dict[str, Decode] = {}
-    for name, dtype in (("ours-fp32", "float32"), ("ours-bf16", "bfloat16"), ("ours-int8", "int8")):
-        if name in only:
-            systems[name] = ours(cfg, dtype)
-    exports = [name for name in ("export-float32", "export-int8") if name in only]
-    if exports:
-        converted = export_models(cfg, tmp)
-        if converted is None:
+def convert(preset: str, only: set[str], directory: str) -> dict[str, str]:
+    """The CTranslate2 models of `only` for `preset`, written under `directory` before any
+    measuring process starts: {system: model folder}."""
+    wanted = only & set(CONVERTED)
+    if not wanted:
+        return {}
+    cfg, found = model_config(preset), {}
+    if wanted & {"export-float32", "export-int8"}:
+        exported = export_models(cfg, os.path.join(directory, preset))
+        if exported is None:
             print("export: skipped (pip install ctranslate2)", file=sys.stderr)
-        for name in exports if converted else []:
-            quantization = name.split("-")[1]
-            systems[name] = ct2(converted[quantization], quantization, threads, append_eos=False)
-    wanted = only & {"hf", "ct2-float32", "ct2-int8"}
-    marian = hf_marian(cfg) if wanted else None
-    if wanted and marian is None:
-        print("hf, ct2: skipped (pip install transformers ctranslate2)", file=sys.stderr)
-        return systems
-    if "hf" in only:
-        systems["hf"] = hf(marian)
-    wanted.discard("hf")
-    if wanted:
-        converted = ct2_models(marian, tmp)
+        found.update({f"export-{q}": path for q, path in (exported or {}).items()})
+    if wanted & {"ct2-float32", "ct2-int8"}:
+        marian = hf_marian(cfg)
+        converted = ct2_models(marian, os.path.join(directory, preset)) if marian is not None else None
         if converted is None:
-            print("ct2: skipped (pip install ctranslate2)", file=sys.stderr)
-            return systems
-        for quantization, path in converted.items():
-            if f"ct2-{quantization}" in wanted:
-                systems[f"ct2-{quantization}"] = ct2(path, quantization, threads)
-    return systems
+            print("ct2: skipped (pip install transformers ctranslate2)", file=sys.stderr)
+        found.update({f"ct2-{q}": path for q, path in (converted or {}).items()})
+    return {system: path for system, path in found.items() if system in wanted}
 
 
-def run_preset(preset: str, counts: dict[str, int], length: int, threads: int, only: set[str]) -> list[dict]:
+def build_system(system: str, preset: str, threads: int, models: dict[str, str]) -> Decode | None:
+    """One system, in the process that measures it; None where it cannot run here."""
+    if system in CONVERTED:
+        if system not in models:
+            return None
+        quantization = system.split("-")[1]
+        return ct2(models[system], quantization, threads, append_eos=not system.startswith("export"))
+    import torch
+
+    from transformer_mt.device import reuse_freed_memory
+
+    torch.set_num_threads(threads)
+    reuse_freed_memory()  # as `transformer-mt translate` does
+    if system == "hf":
+        marian = hf_marian(model_config(preset))
+        if marian is None:
+            print("hf: skipped (pip install transformers)", file=sys.stderr)
+        return hf(marian) if marian is not None else None
+    return ours(model_config(preset), {"ours-fp32": "float32", "ours-bf16": "bfloat16", "ours-int8": "int8"}[system])
+
+
+def run_system(system: str, preset: str, threads: int, counts: dict[str, int], length: int,
+               models: dict[str, str]) -> list[dict]:
+    """The rows of one system at one thread count: what a child process measures."""
+    decode = build_system(system, preset, threads, models)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        systems = build_systems(model_config(preset), only, threads, tmp)
-        for setting, (beam, batch_size) in SETTINGS.items():
-            work = make_workload(counts[setting], length)
-            for system, decode in systems.items():
-                tokens_per_s, sentences_per_s = measure(decode, work, beam, batch_size)
-                rows.append({"system": system, "preset": preset, "setting": setting,
-                             "tokens_per_s": round(tokens_per_s, 1),
-                             "sentences_per_s": round(sentences_per_s, 2)})
-                print(f"  {preset:5} {setting:14} {system:11} {tokens_per_s:8.0f} tok/s", file=sys.stderr)
+    for setting, (beam, batch_size) in SETTINGS.items() if decode else ():
+        tokens_per_s, sentences_per_s, flag = measure(decode, make_workload(counts[setting], length), beam, batch_size)
+        rows.append({"system": system, "preset": preset, "setting": setting, "threads": threads,
+                     "tokens_per_s": round(tokens_per_s, 1), "sentences_per_s": round(sentences_per_s, 2),
+                     "flag": flag, "torch_loaded": "torch" in sys.modules})
+        print(f"  {preset:5} {setting:14} {system:14} {threads} threads {tokens_per_s:8.0f} tok/s {flag}",
+              file=sys.stderr)
     return rows
 
 
-def run_isolated(system: str, presets: list[str], counts: dict[str, int], args: argparse.Namespace) -> list[dict]:
-    """One system in a fresh process: thread pools of different engines (PyTorch's OpenMP,
-    CTranslate2's) left spinning in one process would slow each other down."""
-    command = [sys.executable, __file__, "--json", "--systems", system, "--presets", *presets,
-               "--length", str(args.length), "--threads", str(args.threads),
-               "--counts", *(str(counts[setting]) for setting in SETTINGS)]
+def run_isolated(system: str, preset: str, threads: int, counts: dict[str, int], length: int,
+                 models: dict[str, str]) -> list[dict]:
+    """One system at one thread count in a fresh process: thread pools of different engines
+    (PyTorch's OpenMP, CTranslate2's) in one process would slow each other down."""
+    command = [sys.executable, __file__, "--child", json.dumps({
+        "system": system, "preset": preset, "threads": threads, "counts": counts, "length": length, "models": models})]
     result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
     if result.returncode != 0:
-        print(f"{system}: failed (exit code {result.returncode})", file=sys.stderr)
+        print(f"{system}, {threads} threads: failed (exit code {result.returncode})", file=sys.stderr)
         return []
-    return json.loads(result.stdout.strip().splitlines()[-1])["rows"]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def thread_counts(cores: int) -> list[int]:
+    """1, 2, 4, ... up to the host's cores, and the cores themselves."""
+    counts = [1]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    return sorted(set(counts) | {max(cores, 1)})
+
+
+def mark_best(rows: list[dict]) -> list[dict]:
+    """Each row with "best": whether it is its system's fastest thread count for its preset
+    and setting (flagged rows are never best: they did other work)."""
+    best: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["preset"], row["setting"], row["system"])
+        if not row["flag"] and (key not in best or row["tokens_per_s"] > best[key]["tokens_per_s"]):
+            best[key] = row
+    return [{**row, "best": best.get((row["preset"], row["setting"], row["system"])) is row} for row in rows]
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'preset':6} {'setting':14} {'system':12} {'target tok/s':>12} {'sent/s':>8}")
+    """Each system at its best thread count, with its speed over CTranslate2 float32's best
+    (either conversion) where that ran; then the rows that emitted other work."""
+    reference: dict[tuple, float] = {}
     for row in rows:
-        print(f"{row['preset']:6} {row['setting']:14} {row['system']:12} "
-              f"{row['tokens_per_s']:12.0f} {row['sentences_per_s']:8.1f}")
+        if row["best"] and row["system"] in ("ct2-float32", "export-float32"):
+            key = (row["preset"], row["setting"])
+            reference[key] = max(reference.get(key, 0.0), row["tokens_per_s"])
+    print(f"{'preset':6} {'setting':14} {'system':14} {'threads':>7} {'target tok/s':>12} {'sent/s':>8} "
+          f"{'x CT2 fp32':>10}")
+    for row in rows:
+        if row["best"] or row["flag"]:
+            ct2_fp32 = reference.get((row["preset"], row["setting"]))
+            ratio = f"{row['tokens_per_s'] / ct2_fp32:10.2f}" if ct2_fp32 else f"{'':10}"
+            print(f"{row['preset']:6} {row['setting']:14} {row['system']:14} {row['threads']:7} "
+                  f"{row['tokens_per_s']:12.0f} {row['sentences_per_s']:8.1f} {ratio} {row['flag']}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small preset, fewer sentences (< 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="small preset, fewer sentences (< 6 minutes)")
     parser.add_argument("--json", action="store_true", help="last stdout line: the rows as JSON")
     parser.add_argument("--presets", nargs="+", default=None, help="default: small base (--quick: small)")
     parser.add_argument("--sentences", type=int, default=None,
                         help="sentences per setting (default 500; --quick: 256 beam, 48 greedy)")
-    parser.add_argument("--counts", type=int, nargs=len(SETTINGS), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, default=20, help="target tokens per sentence (default 20)")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS,
                         help="which systems to run (default: all)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads for every system")
+    parser.add_argument("--threads", type=int, nargs="+", default=None,
+                        help="thread counts to try for every system (default: 1, 2, 4, ... up to the cores)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one system's measurement, as JSON
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    reuse_freed_memory()  # as `transformer-mt translate` does; every system's process gets it
+    if args.child:
+        job = json.loads(args.child)
+        print(json.dumps(run_system(job["system"], job["preset"], job["threads"], job["counts"], job["length"],
+                                    job["models"])))
+        return 0
     presets = args.presets or (["small"] if args.quick else ["small", "base"])
-    if args.counts:
-        counts = dict(zip(SETTINGS, args.counts))
-    elif args.sentences:
+    if args.sentences:
         counts = dict.fromkeys(SETTINGS, args.sentences)
     else:
         counts = {"beam4-batch32": 256, "greedy-batch1": 48} if args.quick else dict.fromkeys(SETTINGS, 500)
-    if len(args.systems) > 1:
-        print(f"{args.threads} threads, torch {torch.__version__}, {args.length} target tokens per sentence, "
-              f"{counts['beam4-batch32']} sentences beam 4, {counts['greedy-batch1']} greedy; "
-              "each system in its own process", file=sys.stderr)
-        rows = [row for system in args.systems for row in run_isolated(system, presets, counts, args)]
-        rows.sort(key=lambda r: (presets.index(r["preset"]), list(SETTINGS).index(r["setting"]),
-                                 SYSTEMS.index(r["system"])))
-    else:
-        only = set(args.systems)
-        rows = [row for preset in presets for row in run_preset(preset, counts, args.length, args.threads, only)]
+    threads = args.threads or thread_counts(os.cpu_count() or 1)
+    import torch
+
+    from _timing import matmul_peaks  # benchmarks/_timing.py; before any measuring process starts
+
+    peaks = {name: round(value, 1) for name, value in matmul_peaks(torch.device("cpu")).items()}
+    print(f"host: matmul peak fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s; torch "
+          f"{torch.__version__}; threads {threads}, {args.length} target tokens per sentence, {counts['beam4-batch32']} sentences "
+          f"beam 4, {counts['greedy-batch1']} greedy; each system and thread count in its own process",
+          file=sys.stderr)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset in presets:
+            models = convert(preset, set(args.systems), tmp)
+            rows += [row for system in args.systems for n in threads
+                     for row in run_isolated(system, preset, n, counts, args.length, models)]
+    rows.sort(key=lambda r: (presets.index(r["preset"]), list(SETTINGS).index(r["setting"]),
+                             SYSTEMS.index(r["system"]), r["threads"]))
+    rows = mark_best(rows)
     print_table(rows)
     if args.json:
-        print(json.dumps({"rows": rows}))
+        print(json.dumps({"peak_gflops": peaks, "rows": rows}))
     return 0
 
 

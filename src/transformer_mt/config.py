@@ -32,6 +32,7 @@ POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: mo
 EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: model/transformer.py initialize
 INITS = ("xavier", "pytorch", "notes")  # the initial weights: model/transformer.py init_weights
 LAYER_NORMS = ("pytorch", "annotated")  # the layer normalisation: model/layers.py layer_norm
+ENGINES = ("auto", "torch", "ctranslate2")  # what searches a run's translations: translator.py
 UNKNOWN_WORDS = ("unk", "pad")  # what a source word outside the vocabulary becomes: translator.py
 SCHEDULES = ("paper", "constant", "warmup_constant", "linear")  # learning-rate schedules: training/schedule.py
 
@@ -358,8 +359,16 @@ class DecodeConfig:
                                        "of every training word (data.vocab_type: word, a large enough "
                                        "data.vocab_size) has no unknown word there.")
 
+    engine: str = option("auto", "What searches a run's translations (translate, evaluate, the server's "
+                                 "translations; validation and the step-through views always use torch): torch, "
+                                 "ctranslate2 (the run exported once into RUN/ctranslate2/, `pip install "
+                                 "'transformer-mt[interop]'`; refused where it would not give torch's outputs), "
+                                 "or auto (ctranslate2 where it is installed and gives torch's outputs token for "
+                                 "token: float32 on the CPU, greedy search or length penalty 0; torch otherwise).")
+
     def validate(self) -> None:
         _require(self.beam >= 1, "decode.beam", "must be at least 1")
+        _require(self.engine in ENGINES, "decode.engine", f"must be one of {', '.join(ENGINES)}")
         _require(self.length_penalty >= 0, "decode.length_penalty", "must be >= 0")
         _require(self.max_len_a >= 0, "decode.max_len_a", "must be >= 0")
         _require(self.max_len_b >= 1, "decode.max_len_b", "must be at least 1")

@@ -21,7 +21,7 @@ import unicodedata
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
@@ -39,6 +39,9 @@ from transformer_mt.model.recording import AttentionRecorder
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.quantize import check_dtype, int8_device, int8_precision, is_int8, prepare_model
 from transformer_mt.runs import RunDir, load_run_model
+
+if TYPE_CHECKING:
+    from transformer_mt.interop.ctranslate2_engine import CTranslate2Engine
 
 log = logging.getLogger("transformer_mt")
 
@@ -112,7 +115,8 @@ class Translator:
     call: a Translator may serve several threads (attention excepted, see there)."""
 
     def __init__(
-        self, model: EncoderDecoder, tokenizer: Tokenizer, defaults: DecodeConfig, device: torch.device
+        self, model: EncoderDecoder, tokenizer: Tokenizer, defaults: DecodeConfig, device: torch.device,
+        engine: "CTranslate2Engine | None" = None,
     ) -> None:
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -120,6 +124,8 @@ class Translator:
         self.device = device
         self.int8 = is_int8(model)  # int8 Linear layers take float32 activations: no bf16 autocast
         self.max_source = model.positional.max_positions - 1  # room for eos
+        self.engine = engine  # CTranslate2, where decode.engine allows it (from_run); torch otherwise
+        self._fallbacks_said: set[str] = set()
 
     @classmethod
     def from_run(
@@ -140,9 +146,15 @@ class Translator:
         if dtype == "int8":
             device = int8_device(device)
             decode_overrides["precision"] = int8_precision(decode_overrides.get("precision", "fp32"))
-        cfg, tokenizer, model = load_run_model(RunDir(Path(path)), checkpoint, arch="encoder_decoder")
+        run = RunDir(Path(path))
+        cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
         defaults = decode_settings(cfg.decode, **decode_overrides)
-        return cls(prepare_model(model, dtype), tokenizer, defaults, resolve_device(device))
+        engine = None
+        if defaults.engine != "torch" and dtype == "float32":
+            from transformer_mt.interop import ctranslate2_engine
+
+            engine = ctranslate2_engine.engine_for(run, checkpoint, cfg, model, tokenizer, defaults.engine)
+        return cls(prepare_model(model, dtype), tokenizer, defaults, resolve_device(device), engine)
 
     def settings(self, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
         """This translator's defaults with the changes of one call (see `decode_settings`);
@@ -167,14 +179,45 @@ class Translator:
         ids = self.encode_sources(lines, settings.unknown_words)
         found: list[list[tuple[list[int], float, bool]]] = [[] for _ in lines]
         precision = resolve_precision(settings.precision, self.device)
+        engine = self._engine_for(settings, nbest, precision)
         with torch.inference_mode(), autocast(self.device, precision):
             for batch in self._batches(ids, settings.batch_tokens):
+                if engine is not None:
+                    limits = self._output_limits(torch.tensor([len(ids[i]) for i in batch]), settings).tolist()
+                    rows = engine.decode_batch([ids[i] for i in batch], limits, settings, nbest)
+                    if rows is not None:
+                        for i, row in zip(batch, rows):
+                            found[i] = row
+                        continue
                 src = pad_sequences([ids[i] for i in batch]).to(self.device)
                 # source lengths, eos and masked unknown words included: what the output limit reads
                 lengths = torch.tensor([len(ids[i]) for i in batch], device=self.device)
                 for i, row in zip(batch, self._decode_batch(src, lengths, settings, nbest)):
                     found[i] = row
         return [[self._hypothesis(*h) for h in row] if row else [EMPTY] for row in found]
+
+    def _engine_for(self, settings: DecodeConfig, nbest: int, precision: str) -> "CTranslate2Engine | None":
+        """The CTranslate2 engine where `settings` let it give torch's outputs (None: torch).
+        decode.engine ctranslate2 refuses settings it cannot map; auto says once why it uses torch."""
+        if self.engine is None or settings.engine == "torch":
+            return None
+        from transformer_mt.interop.ctranslate2_engine import mismatch
+
+        reason = mismatch(settings, nbest, self.device, precision)
+        if reason is None:
+            try:
+                self.engine.translator()  # exported on first use
+                return self.engine
+            except UserError as err:  # a run folder that cannot be written, say
+                if settings.engine == "ctranslate2":
+                    raise
+                self.engine, reason = None, str(err)
+        if settings.engine == "ctranslate2":
+            raise UserError(f"decode.engine is ctranslate2, but {reason}; use decode.engine auto or torch")
+        if reason not in self._fallbacks_said:
+            self._fallbacks_said.add(reason)
+            log.info("decoding with torch, not CTranslate2: %s", reason)
+        return None
 
     def translate(self, lines: list[str], **settings: Any) -> list[str]:
         """Translations of `lines` (the best hypothesis' text); `settings` change the

@@ -42,6 +42,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weights in float32 (default), bfloat16, or int8: int8 Linear layers with "
                              "float32 activations, on the CPU")
     add_option_flag(parser, "decode.precision", "--precision")
+    add_option_flag(parser, "decode.engine", "--engine")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,6 +90,7 @@ def load_translator(args: argparse.Namespace, nbest: int = 1):
 
     overrides = {key: value for key, value in (
         ("length_penalty", args.length_penalty), ("batch_tokens", args.batch_tokens), ("precision", args.precision),
+        ("engine", args.engine),
     ) if value is not None}
     translator = Translator.from_run(args.run, device=args.device, checkpoint=args.checkpoint, dtype=args.dtype,
                                      **overrides)

@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from transformer_mt import __version__
-from transformer_mt.config import CHECKPOINT_CHOICES
+from transformer_mt.config import CHECKPOINT_CHOICES, Config
 from transformer_mt.data.specials import BOS_ID, EOS_ID, UNK_ID
 from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.data.tokenizers import require_joint
@@ -83,10 +83,19 @@ def export_ctranslate2(
         raise UserError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     if checkpoint not in CHECKPOINT_CHOICES:
         raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
-    ctranslate2 = _import_ctranslate2()
+    _import_ctranslate2()
     run, out = RunDir(Path(run_dir)), Path(out_dir)
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
+    write_model_folder(run, cfg, tokenizer, model, out.resolve(), quantization, {"checkpoint": checkpoint})
+    return out
+
+
+def write_model_folder(run: RunDir, cfg: Config, tokenizer: Tokenizer, model: EncoderDecoder, out: Path,
+                       quantization: str, provenance: dict[str, Any]) -> None:
+    """Write `model` (the run's, as loaded) as the CTranslate2 folder `out`, whole or not at
+    all; transformer_mt.json holds `provenance` (the checkpoint, ...) with the limits below."""
+    ctranslate2 = _import_ctranslate2()
     require_joint(tokenizer, "the CTranslate2 export (shared_vocabulary.json)")
     if cfg.model.layer_norm != "pytorch":
         raise UserError(f"{run.root}: model.layer_norm is {cfg.model.layer_norm}; CTranslate2 normalises as "
@@ -101,17 +110,17 @@ def export_ctranslate2(
         raise UserError(f"{run.root}: CTranslate2 rejected the exported model ({str(err).strip()})") from None
     max_positions = model.positional.max_positions
     metadata = {
-        "exported_from": str(run.root), "checkpoint": checkpoint, "quantization": quantization,
+        "exported_from": str(run.root), **provenance, "quantization": quantization,
         "transformer_mt": __version__, "ctranslate2": ctranslate2.__version__,
         "max_positions": max_positions, "max_source_subwords": max_positions - 1,
         "decode": {key: getattr(cfg.decode, key) for key in ("beam", "length_penalty", "max_len_a", "max_len_b")},
     }
+
     def fill(folder: Path) -> None:
         spec.save(str(folder))
         atomic_write_text(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
 
-    write_folder(out.resolve(), fill)
-    return out
+    write_folder(out, fill)
 
 
 def build_spec(model: EncoderDecoder, tokenizer: Tokenizer, activation: str = "relu", where: str = "the run"):
