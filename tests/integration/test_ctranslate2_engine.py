@@ -122,3 +122,19 @@ def test_translate_and_evaluate_take_engine(run: Path, sources: list[str], tmp_p
     with pytest.raises(SystemExit):
         main(["translate", str(run), "--engine", "onnx"])
     assert "argument --engine: must be one of auto, torch, ctranslate2" in capsys.readouterr().err
+
+
+def test_the_page_translates_with_it(run: Path, sources: list[str], tmp_path: Path) -> None:
+    """The server's /api/translate searches as translate does: through CTranslate2 where auto allows."""
+    from fastapi.testclient import TestClient
+
+    from transformer_mt.server import Limits, create_app
+    from transformer_mt.server.app import load_service
+
+    served = tmp_path / "served"
+    shutil.copytree(run, served, ignore=shutil.ignore_patterns("ctranslate2"))
+    service = load_service(served, "cpu", "best", Limits(max_chars=200, max_sentences=4, max_beam=4), "float32", 20)
+    response = TestClient(create_app(service)).post("/api/translate", json={"text": "\n".join(sources[:4]), "beam": 1})
+    assert response.status_code == 200
+    assert response.json()["translations"] == [h.text for h in searched(run, "torch", sources[:4], beam=1)]
+    assert (served / "ctranslate2" / "best" / "model.bin").is_file()
