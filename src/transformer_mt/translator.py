@@ -366,8 +366,8 @@ class Translator:
         src_ids = self.encode_sources([sentence], settings.unknown_words)[0]
         if not src_ids:
             raise UserError("the sentence to show attention for is empty")
-        if hypothesis is None:
-            hypothesis = self.search([sentence], settings)[0][0]
+        if hypothesis is None:  # torch's search, as the views that look inside it use
+            hypothesis = self.search([sentence], replace(settings, engine="torch"))[0][0]
         output = hypothesis.ids[: self.max_source] + ([EOS_ID] if hypothesis.finished or not hypothesis.ids else [])
         src = torch.tensor([src_ids], device=self.device)  # (1, S)
         precision = resolve_precision(settings.precision, self.device)

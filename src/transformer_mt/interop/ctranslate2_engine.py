@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 from itertools import groupby
@@ -38,6 +39,8 @@ from transformer_mt.errors import UserError
 from transformer_mt.interop.ctranslate2 import METADATA, _import_ctranslate2, write_model_folder
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.runs import RunDir
+
+log = logging.getLogger("transformer_mt")
 
 
 def engine_for(run: RunDir, checkpoint: str, cfg: Config, model: EncoderDecoder, tokenizer: Tokenizer,
@@ -106,6 +109,7 @@ class CTranslate2Engine:
                 if self._exported_digest() != digest:
                     write_model_folder(self.run, self.cfg, self.tokenizer, self.model, self.folder, "float32",
                                        {"checkpoint": self.checkpoint, "weights_sha256": digest})
+                    log.info("exported the %s weights to CTranslate2 for decoding: %s", self.checkpoint, self.folder)
                 ctranslate2, torch_threads = _import_ctranslate2(), torch.get_num_threads()
                 self._translator = ctranslate2.Translator(str(self.folder), device="cpu", compute_type="float32",
                                                           intra_threads=intra_threads(), inter_threads=1)
