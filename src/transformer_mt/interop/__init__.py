@@ -1,6 +1,7 @@
 """Other formats and engines: runs exported to outside tools, models imported from them.
 
     interop/ctranslate2.py   export a run to a CTranslate2 model folder (`transformer-mt export ctranslate2`)
+    interop/ctranslate2_engine.py  CTranslate2 behind Translator.search where it gives torch's outputs (decode.engine)
     interop/huggingface.py   export a run as a Hugging Face transformers folder (`transformer-mt export hf`)
     interop/hf_card.py       the model card (README.md) of that folder
     interop/positions.py     an interleaved-sinusoid model as the equal halves one (a permutation)

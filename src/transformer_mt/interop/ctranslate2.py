@@ -83,7 +83,7 @@ def export_ctranslate2(
         raise UserError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     if checkpoint not in CHECKPOINT_CHOICES:
         raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
-    _import_ctranslate2()
+    import_ctranslate2()
     run, out = RunDir(Path(run_dir)), Path(out_dir)
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
@@ -95,7 +95,7 @@ def write_model_folder(run: RunDir, cfg: Config, tokenizer: Tokenizer, model: En
                        quantization: str, provenance: dict[str, Any]) -> None:
     """Write `model` (the run's, as loaded) as the CTranslate2 folder `out`, whole or not at
     all; transformer_mt.json holds `provenance` (the checkpoint, ...) with the limits below."""
-    ctranslate2 = _import_ctranslate2()
+    ctranslate2 = import_ctranslate2()
     require_joint(tokenizer, "the CTranslate2 export (shared_vocabulary.json)")
     if cfg.model.layer_norm != "pytorch":
         raise UserError(f"{run.root}: model.layer_norm is {cfg.model.layer_norm}; CTranslate2 normalises as "
@@ -262,7 +262,8 @@ def _set_feed_forward(spec: Any, ffn: nn.Module, norm: nn.LayerNorm, take: _Weig
 
 
 # ---- the output folder --------------------------------------------------------------------
-def _import_ctranslate2():
+def import_ctranslate2():
+    """The ctranslate2 module, or one line saying how to install it (the `interop` extra)."""
     try:
         import ctranslate2
     except ImportError:

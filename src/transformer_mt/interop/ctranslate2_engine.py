@@ -36,7 +36,7 @@ from transformer_mt.data.tokenizer import Tokenizer
 from transformer_mt.data.tokenizers import require_joint
 from transformer_mt.decoding.beam import gnmt_penalty
 from transformer_mt.errors import UserError
-from transformer_mt.interop.ctranslate2 import METADATA, _import_ctranslate2, write_model_folder
+from transformer_mt.interop.ctranslate2 import METADATA, import_ctranslate2, write_model_folder
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.runs import RunDir
 
@@ -49,7 +49,7 @@ def engine_for(run: RunDir, checkpoint: str, cfg: Config, model: EncoderDecoder,
     None where auto finds CTranslate2 not installed or the model not exportable, which
     ctranslate2 refuses in one line instead."""
     try:
-        _import_ctranslate2()
+        import_ctranslate2()
         if cfg.model.layer_norm != "pytorch":
             raise UserError(f"model.layer_norm is {cfg.model.layer_norm}, which CTranslate2 does not compute")
         require_joint(tokenizer, "CTranslate2")
@@ -110,7 +110,7 @@ class CTranslate2Engine:
                     write_model_folder(self.run, self.cfg, self.tokenizer, self.model, self.folder, "float32",
                                        {"checkpoint": self.checkpoint, "weights_sha256": digest})
                     log.info("exported the %s weights to CTranslate2 for decoding: %s", self.checkpoint, self.folder)
-                ctranslate2, torch_threads = _import_ctranslate2(), torch.get_num_threads()
+                ctranslate2, torch_threads = import_ctranslate2(), torch.get_num_threads()
                 self._translator = ctranslate2.Translator(str(self.folder), device="cpu", compute_type="float32",
                                                           intra_threads=intra_threads(), inter_threads=1)
                 torch.set_num_threads(torch_threads)  # its OpenMP setting would otherwise be torch's too
