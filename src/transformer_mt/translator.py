@@ -150,6 +150,9 @@ class Translator:
         cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
         defaults = decode_settings(cfg.decode, **decode_overrides)
         engine = None
+        if defaults.engine == "ctranslate2" and dtype != "float32":
+            raise UserError(f"decode.engine is ctranslate2, but the weights are {dtype} (CTranslate2 gives torch's "
+                            "outputs from float32 weights only); use decode.engine auto or torch")
         if defaults.engine != "torch" and dtype == "float32":
             from transformer_mt.interop import ctranslate2_engine
 

@@ -106,6 +106,8 @@ def test_a_model_ctranslate2_cannot_compute_is_refused_or_left_to_torch(run: Pat
     assert Translator.from_run(theirs, device="cpu").engine is None
     with pytest.raises(UserError, match="decode.engine is ctranslate2, but model.layer_norm is annotated"):
         Translator.from_run(theirs, device="cpu", engine="ctranslate2")
+    with pytest.raises(UserError, match="decode.engine is ctranslate2, but the weights are int8"):
+        Translator.from_run(run, device="cpu", dtype="int8", engine="ctranslate2")
 
 
 def test_translate_and_evaluate_take_engine(run: Path, sources: list[str], tmp_path: Path, capsys) -> None:
