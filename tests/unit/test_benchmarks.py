@@ -49,8 +49,8 @@ def test_train_speed_steps_both_models_at_the_same_small_learning_rate(impl: str
 def test_train_speed_profile_counts_the_matrix_products_and_only_them() -> None:
     """--profile's matmul seconds: a step of k 512 x 512 products and a 50 ms sleep (work that
     is not a product) is charged the products' time and not the sleep: three times the products,
-    about three times the seconds (compared within one profiler, not against a wall clock, which
-    a busy host makes noisy); the bound is nn.Transformer's step over ours' products."""
+    about three times the seconds (compared within one profiler, not against a wall clock, and
+    the least of three measurements, which a busy host makes noisy); the bound is nn.Transformer's step over ours' products."""
     import time
 
     import torch
@@ -74,7 +74,9 @@ def test_train_speed_profile_counts_the_matrix_products_and_only_them() -> None:
             return sum((torch.randn(512, 512) @ self.weight).sum() for _ in range(self.k))
 
     torch.manual_seed(0)
-    seconds = {k: bench.matmul_seconds(Products(k), [Batch()] * 4, "fp32", warmup=1) / 3 for k in (1, 3)}
+    # the least of three measurements of 3 steps each: a busy host only ever adds time
+    seconds = {k: min(bench.matmul_seconds(Products(k), [Batch()] * 4, "fp32", warmup=1) for _ in range(3)) / 3
+               for k in (1, 3)}
     assert 0 < seconds[1] < seconds[3] < 0.05
     assert 1.5 < seconds[3] / seconds[1] < 6
 
