@@ -96,10 +96,7 @@ def write_model_folder(run: RunDir, cfg: Config, tokenizer: Tokenizer, model: En
     """Write `model` (the run's, as loaded) as the CTranslate2 folder `out`, whole or not at
     all; transformer_mt.json holds `provenance` (the checkpoint, ...) with the limits below."""
     ctranslate2 = import_ctranslate2()
-    require_joint(tokenizer, "the CTranslate2 export (shared_vocabulary.json)")
-    if cfg.model.layer_norm != "pytorch":
-        raise UserError(f"{run.root}: model.layer_norm is {cfg.model.layer_norm}; CTranslate2 normalises as "
-                        "nn.LayerNorm does (x - mean) / sqrt(var + eps), so this model cannot be exported")
+    check_exportable(cfg, tokenizer, f"{run.root}: ")
     spec = build_spec(model, tokenizer, getattr(cfg.model, "activation", "relu"), str(run.root))
     for path in run.tokenizer_files():  # tokenizer.model, or an imported run's vocab.json + spm models
         spec.register_file(str(path), path.name)
@@ -121,6 +118,15 @@ def write_model_folder(run: RunDir, cfg: Config, tokenizer: Tokenizer, model: En
         atomic_write_text(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
 
     write_folder(out, fill)
+
+
+def check_exportable(cfg: Config, tokenizer: Tokenizer, where: str = "") -> None:
+    """Refuse, in one line, a run this mapping cannot hold: separate vocabularies, or a
+    layer normalisation CTranslate2 does not compute (`where` begins that line)."""
+    require_joint(tokenizer, "the CTranslate2 export (shared_vocabulary.json)")
+    if cfg.model.layer_norm != "pytorch":
+        raise UserError(f"{where}model.layer_norm is {cfg.model.layer_norm}; CTranslate2 normalises as nn.LayerNorm "
+                        "does (x - mean) / sqrt(var + eps), so this model cannot be exported")
 
 
 def build_spec(model: EncoderDecoder, tokenizer: Tokenizer, activation: str = "relu", where: str = "the run"):

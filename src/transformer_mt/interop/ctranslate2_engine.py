@@ -33,10 +33,9 @@ import torch
 from transformer_mt.config import Config, DecodeConfig
 from transformer_mt.data.specials import EOS_ID, NEVER_EMITTED, SPECIAL_IDS
 from transformer_mt.data.tokenizer import Tokenizer
-from transformer_mt.data.tokenizers import require_joint
 from transformer_mt.decoding.beam import gnmt_penalty
 from transformer_mt.errors import UserError
-from transformer_mt.interop.ctranslate2 import METADATA, import_ctranslate2, write_model_folder
+from transformer_mt.interop.ctranslate2 import METADATA, check_exportable, import_ctranslate2, write_model_folder
 from transformer_mt.model.transformer import EncoderDecoder
 from transformer_mt.runs import RunDir
 
@@ -50,9 +49,7 @@ def engine_for(run: RunDir, checkpoint: str, cfg: Config, model: EncoderDecoder,
     ctranslate2 refuses in one line instead."""
     try:
         import_ctranslate2()
-        if cfg.model.layer_norm != "pytorch":
-            raise UserError(f"model.layer_norm is {cfg.model.layer_norm}, which CTranslate2 does not compute")
-        require_joint(tokenizer, "CTranslate2")
+        check_exportable(cfg, tokenizer)
     except UserError as err:
         if engine == "ctranslate2":
             raise UserError(f"decode.engine is ctranslate2, but {err}; use decode.engine auto or torch") from None
