@@ -185,17 +185,15 @@ class Translator:
         engine = self._engine_for(settings, nbest, precision)
         with torch.inference_mode(), autocast(self.device, precision):
             for batch in self._batches(ids, settings.batch_tokens):
-                if engine is not None:
-                    limits = self._output_limits(torch.tensor([len(ids[i]) for i in batch]), settings).tolist()
-                    rows = engine.decode_batch([ids[i] for i in batch], limits, settings, nbest)
-                    if rows is not None:
-                        for i, row in zip(batch, rows):
-                            found[i] = row
-                        continue
-                src = pad_sequences([ids[i] for i in batch]).to(self.device)
+                sources = [ids[i] for i in batch]
                 # source lengths, eos and masked unknown words included: what the output limit reads
-                lengths = torch.tensor([len(ids[i]) for i in batch], device=self.device)
-                for i, row in zip(batch, self._decode_batch(src, lengths, settings, nbest)):
+                lengths = torch.tensor([len(source) for source in sources], device=self.device)
+                rows = None
+                if engine is not None:
+                    rows = engine.decode_batch(sources, self._output_limits(lengths, settings).tolist(), settings, nbest)
+                if rows is None:  # torch's search (also where CTranslate2 chose pad or bos)
+                    rows = self._decode_batch(pad_sequences(sources).to(self.device), lengths, settings, nbest)
+                for i, row in zip(batch, rows):
                     found[i] = row
         return [[self._hypothesis(*h) for h in row] if row else [EMPTY] for row in found]
 
