@@ -22,6 +22,7 @@ measured two threads 1.2-8x slower than one at beam 4 batch 32 and at greedy bat
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -48,7 +49,8 @@ def engine_for(run: RunDir, checkpoint: str, cfg: Config, model: EncoderDecoder,
     None where auto finds CTranslate2 not installed or the model not exportable, which
     ctranslate2 refuses in one line instead."""
     try:
-        import_ctranslate2()
+        if importlib.util.find_spec("ctranslate2") is None:  # installed: imported at its first search, not here
+            import_ctranslate2()  # its one line on how to install it
         check_exportable(cfg, tokenizer)
     except UserError as err:
         if engine == "ctranslate2":
