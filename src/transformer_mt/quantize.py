@@ -103,8 +103,9 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         layer.src_attn.split_in_proj()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the deprecation notices of torch.ao.quantization
-        return quantize_dynamic(model.eval(), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
-                                mapping={nn.Linear: Int8Linear}, inplace=True)
+        quantized = quantize_dynamic(model.eval(), {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8,
+                                     mapping={nn.Linear: Int8Linear}, inplace=True)
+    return quantized.eval()  # the int8 modules are created in training mode
 
 
 def is_int8(model: nn.Module) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer_mt.decoding.step import DecoderStep
 from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder
@@ -16,17 +17,24 @@ from transformer_mt.model.transformer import EncoderDecoder
 class EncodedSource:
     """What the decoder reads at every step for B rows: memory (B, S, d_model), the encoder
     output; src_mask (B, 1, 1, S); cache, the decoder's incremental state (None: every step
-    re-runs the decoder on the whole prefix)."""
+    re-runs the decoder on the whole prefix); step, the decoder's one-position step over its
+    weights (None: its modules run every step); padded, whether any row has padding."""
 
     model: EncoderDecoder
     memory: torch.Tensor
     src_mask: torch.Tensor
     cache: DecoderCache | None
+    step: DecoderStep | None = None
+    padded: bool = True
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Decoder states (B, T, d_model) of `tokens` (B, T): with a cache only the newest
         position(s), whose keys and values are appended to it."""
-        return self.model.decode(self.memory, self.src_mask, tokens, cache=self.cache)
+        if self.step is None or tokens.size(1) != 1 or self.step.attention_hooked():
+            return self.model.decode(self.memory, self.src_mask, tokens, cache=self.cache)
+        x = self.model.positional(self.model.tgt_embed(tokens), offset=self.cache.length())
+        # without padding the mask allows every key: no mask adds the same zeros to no score
+        return self.step(x, self.memory, self.src_mask if self.padded else None, self.cache)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep rows `rows` (R,) of the memory, the mask and the cache, in place: repeated rows
@@ -36,8 +44,17 @@ class EncodedSource:
             self.cache.select(rows)
 
 
-def encode_source(model: EncoderDecoder, src: torch.Tensor, pad_id: int, use_cache: bool = True) -> EncodedSource:
-    """Encode sources (B, S) padded with `pad_id`, with an empty cache when `use_cache`."""
+def encode_source(
+    model: EncoderDecoder, src: torch.Tensor, pad_id: int, use_cache: bool = True, step: bool = True
+) -> EncodedSource:
+    """Encode sources (B, S) padded with `pad_id`, with an empty cache when `use_cache`; each
+    cached step runs on `DecoderStep` where it computes what the modules would (`step` False:
+    always the modules). An nn.Module hook registered after this call is not seen by the
+    step (attention hooks are): register it first."""
     src_mask = padding_mask(src, pad_id)
     memory = model.encode(src, src_mask)
-    return EncodedSource(model, memory, src_mask, model.decoder.init_cache() if use_cache else None)
+    if not use_cache:
+        return EncodedSource(model, memory, src_mask, None)
+    decoder_step = DecoderStep.of(model.decoder) if step else None
+    padded = not bool(src_mask.all())
+    return EncodedSource(model, memory, src_mask, model.decoder.init_cache(), decoder_step, padded)

@@ -164,6 +164,11 @@ class MultiHeadAttention(nn.Module):
         """Whether a weights hook is registered (the module then takes the explicit path)."""
         return bool(self._weights_hooks)
 
+    @property
+    def has_hooks(self) -> bool:
+        """Whether a weights or heads hook is registered."""
+        return bool(self._weights_hooks or self._heads_hooks)
+
     # ---- the forward pass ------------------------------------------------------------
     def forward(
         self,
