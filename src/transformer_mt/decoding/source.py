@@ -18,14 +18,15 @@ class EncodedSource:
     """What the decoder reads at every step for B rows: memory (B, S, d_model), the encoder
     output; src_mask (B, 1, 1, S); cache, the decoder's incremental state (None: every step
     re-runs the decoder on the whole prefix); step, the decoder's one-position step over its
-    weights (None: its modules run every step); padded, whether any row has padding."""
+    weights (None: its modules run every step); needs_mask, whether the step passes src_mask (see
+    encode_source)."""
 
     model: EncoderDecoder
     memory: torch.Tensor
     src_mask: torch.Tensor
     cache: DecoderCache | None
     step: DecoderStep | None = None
-    padded: bool = True
+    needs_mask: bool = True
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Decoder states (B, T, d_model) of `tokens` (B, T): with a cache only the newest
@@ -33,8 +34,7 @@ class EncodedSource:
         if self.step is None or tokens.size(1) != 1 or self.step.attention_hooked():
             return self.model.decode(self.memory, self.src_mask, tokens, cache=self.cache)
         x = self.model.positional(self.model.tgt_embed(tokens), offset=self.cache.length())
-        # without padding the mask allows every key: no mask adds the same zeros to no score
-        return self.step(x, self.memory, self.src_mask if self.padded else None, self.cache)
+        return self.step(x, self.memory, self.src_mask if self.needs_mask else None, self.cache)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep rows `rows` (R,) of the memory, the mask and the cache, in place: repeated rows
@@ -56,5 +56,7 @@ def encode_source(
     if not use_cache:
         return EncodedSource(model, memory, src_mask, None)
     decoder_step = DecoderStep.of(model.decoder) if step else None
-    padded = not bool(src_mask.all())
-    return EncodedSource(model, memory, src_mask, model.decoder.init_cache(), decoder_step, padded)
+    # Without padding, no mask is the same arithmetic on the CPU as one allowing every key (its
+    # zeros added to no score); a GPU's SDPA takes another kernel without a mask, so it keeps one.
+    needs_mask = src.device.type != "cpu" or not bool(src_mask.all())
+    return EncodedSource(model, memory, src_mask, model.decoder.init_cache(), decoder_step, needs_mask)
