@@ -4,7 +4,7 @@ Greedy search and beam search call the decoder once per emitted token. At one se
 a time most of a step's time went to the machinery around the operations, not to them:
 the small preset (3 layers, d_model 256) makes 64 nn.Module calls and 19 matrix
 products a step, and the calls cost as much as the products (docs/benchmarks.md,
-"decoding step"). `DecoderStep` runs DecoderLayer.forward's operations at one query
+"Decoding speed"). `DecoderStep` runs DecoderLayer.forward's operations at one query
 position, in the same order on the same tensors, as plain torch.nn.functional calls on
 weights it reads once per batch: the outputs are the module path's, bit for bit.
 
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as nn_module
 
-from transformer_mt.model.attention import MultiHeadAttention
+from transformer_mt.model.attention import MultiHeadAttention, merge_heads, split_heads
 from transformer_mt.model.cache import DecoderCache, KeyValueCache
 from transformer_mt.model.decoder import Decoder, DecoderLayer
 
@@ -114,7 +114,7 @@ class DecoderStep:
         self.layers = [_layer_weights(layer) for layer in decoder.layers]
         self.norm_first = first.sublayer[0].norm_first
         self.final_norm = _norm(decoder.norm)
-        self.n_heads, self.d_k = first.self_attn.n_heads, first.self_attn.d_k
+        self.n_heads = first.self_attn.n_heads
         self.attentions = [m for m in decoder.modules() if isinstance(m, MultiHeadAttention)]
 
     @classmethod
@@ -126,11 +126,6 @@ class DecoderStep:
         """Whether an attention weights or heads hook was registered since the step was built
         (the attention views register theirs after encoding): then the modules must run."""
         return any(attention.has_hooks for attention in self.attentions)
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        # (B, 1, d_model) -> (B, H, 1, d_k): at one position a view, the order of
-        # MultiHeadAttention._split_heads's view and transpose
-        return x.view(x.size(0), self.n_heads, 1, self.d_k)
 
     def _sublayer(self, x: torch.Tensor, norm: Norm, sublayer: Callable[..., torch.Tensor], *args) -> torch.Tensor:
         """SublayerConnection.forward in eval mode (dropout is the identity)."""
@@ -153,20 +148,19 @@ class DecoderStep:
     def _self_attention(self, x: torch.Tensor, weights: LayerWeights, cache: KeyValueCache) -> torch.Tensor:
         """Masked self-attention at the newest position: every cached key is in its past."""
         q, k, v = weights.qkv(x).chunk(3, dim=-1)
-        k, v = cache.extend(self._heads(k), self._heads(v))
-        heads = F.scaled_dot_product_attention(self._heads(q), k, v)  # (B, H, 1, d_k)
-        return weights.self_out(heads.reshape(x.shape))  # Concat(head_1, ..., head_h), a view at one position
+        k, v = cache.extend(split_heads(k, self.n_heads), split_heads(v, self.n_heads))
+        heads = F.scaled_dot_product_attention(split_heads(q, self.n_heads), k, v)  # (B, H, 1, d_k)
+        return weights.self_out(merge_heads(heads))
 
     def _cross_attention(self, x: torch.Tensor, weights: LayerWeights, cache: KeyValueCache, memory: torch.Tensor,
                          src_mask: torch.Tensor | None) -> torch.Tensor:
         """Attention over the encoder output, whose keys and values are projected at the first step."""
         if not cache.filled:
             k, v = weights.cross_kv(memory).chunk(2, dim=-1)
-            batch, length, _ = memory.shape
-            cache.store(*(t.view(batch, length, self.n_heads, self.d_k).transpose(1, 2) for t in (k, v)))
-        heads = F.scaled_dot_product_attention(self._heads(weights.cross_q(x)), cache.keys, cache.values,
-                                               attn_mask=src_mask)
-        return weights.cross_out(heads.reshape(x.shape))
+            cache.store(split_heads(k, self.n_heads), split_heads(v, self.n_heads))
+        q = split_heads(weights.cross_q(x), self.n_heads)
+        heads = F.scaled_dot_product_attention(q, cache.keys, cache.values, attn_mask=src_mask)
+        return weights.cross_out(merge_heads(heads))
 
     @staticmethod
     def _feed_forward(x: torch.Tensor, weights: LayerWeights) -> torch.Tensor:

@@ -48,6 +48,18 @@ def attention(
     return weights @ value, weights
 
 
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, T, d_model) -> (B, H, T, d_k): each head's slice of the projections."""
+    batch, length, d_model = x.shape
+    return x.view(batch, length, n_heads, d_model // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, d_k) -> (B, T, H * d_k): Concat(head_1, ..., head_h)."""
+    batch, heads, length, d_k = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * d_k)
+
+
 def _linear_of(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
     """A Linear module holding copies of `weight` (out, in) and `bias` (no random init drawn)."""
     linear = nn.utils.skip_init(nn.Linear, weight.size(1), weight.size(0), device=weight.device, dtype=weight.dtype)
@@ -100,9 +112,7 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.out_proj.bias)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        # (B, T, d_model) -> (B, H, T, d_k)
-        batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, self.d_k).transpose(1, 2)
+        return split_heads(x, self.n_heads)
 
     def _project(
         self, query: torch.Tensor, memory: torch.Tensor | None, cache: KeyValueCache | None
@@ -231,6 +241,4 @@ class MultiHeadAttention(nn.Module):
         return x
 
     def _merge_heads(self, x: torch.Tensor) -> torch.Tensor:
-        # (B, H, Tq, d_k) -> (B, Tq, d_model)
-        batch, _, length, _ = x.shape
-        return x.transpose(1, 2).reshape(batch, length, self.d_model)
+        return merge_heads(x)
