@@ -1,6 +1,7 @@
-"""What the speed benchmarks share (train_speed.py, lm_speed.py): the host's measured
-matrix-product peak, printed beside every table so numbers from different days and hosts can
-be read against what the hardware did at the time, and a clock that waits for the device.
+"""What the speed benchmarks share (train_speed.py, lm_speed.py, decode_speed.py): the host's
+measured matrix-product peak, printed beside every table so numbers from different days and
+hosts can be read against what the hardware did at the time; a clock that waits for the
+device; and the seconds some work spends in matrix products, the time it cannot go below.
 
 Not a benchmark itself (no main()); the scripts import it from their own folder."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 import torch
 
@@ -39,3 +41,18 @@ def now(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
+
+
+# The matrix products as the CPU profiler names them (Linear: addmm or mm; attention: bmm).
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
+
+
+def seconds_in_products(work: Callable[[], object]) -> float:
+    """Seconds `work()` spends in matrix products on the CPU: the profiler's self time of
+    MATMUL_OPS (the BLAS and oneDNN kernels every implementation calls alike). However fast
+    everything else became, `work` cannot take less."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        work()
+    return sum(event.self_cpu_time_total for event in prof.key_averages() if event.key in MATMUL_OPS) / 1e6

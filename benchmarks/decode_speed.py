@@ -23,6 +23,11 @@ CTranslate2's TransformersConverter; `export-*`: our own model exported with
 
     python benchmarks/decode_speed.py --quick          # small preset, < 6 minutes
     python benchmarks/decode_speed.py                  # small and base, 500 sentences
+
+--profile decodes the workload of our fp32 and bf16 rows again under the CPU profiler and prints,
+for the best of them, the milliseconds a target token took and how many of them went to the
+matrix products (the profiler's self time of mm, addmm, bmm), beside CTranslate2 float32's
+whole token: what our products leave for everything else if we are to match it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
 SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "hf", "ct2-float32", "ct2-int8", "export-float32", "export-int8")
+PROFILED = ("ours-fp32", "ours-bf16")  # --profile: whose products the profiler names (int8's are quantized ops)
 CONVERTED = ("ct2-float32", "ct2-int8", "export-float32", "export-int8")  # CTranslate2 models, made beforehand
 # Our special ids (data/specials.py); the Marian model uses eos = 0 and pad = last id.
 PAD, BOS, EOS = 0, 2, 3
@@ -230,18 +236,23 @@ def ct2(path: str, compute_type: str, threads: int, append_eos: bool = True) -> 
     return decode
 
 
+def batches_of(work: Workload, batch_size: int) -> list[list[list[int]]]:
+    """The workload's sentences, shortest first, in batches of `batch_size`."""
+    ordered = sorted(work.sentences, key=len)
+    return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+
+
 def measure(decode: Decode, work: Workload, beam: int, batch_size: int) -> tuple[float, float, str]:
     """(target tokens/s, sentences/s, flag) over the workload, after one warm-up batch; the
     flag says how many tokens a system emitted when it is not the number asked for."""
-    ordered = sorted(work.sentences, key=len)
-    batches = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+    batches = batches_of(work, batch_size)
     decode(batches[0], beam, work.length)
     start = time.perf_counter()
     produced = sum(decode(batch, beam, work.length) for batch in batches)
     seconds = time.perf_counter() - start
-    expected = len(ordered) * work.length
+    expected = len(work.sentences) * work.length
     flag = "" if produced == expected else f"emitted {produced} target tokens, not {expected}"
-    return produced / seconds, len(ordered) / seconds, flag
+    return produced / seconds, len(work.sentences) / seconds, flag
 
 
 def convert(preset: str, only: set[str], directory: str) -> dict[str, str]:
@@ -286,27 +297,41 @@ def build_system(system: str, preset: str, threads: int, models: dict[str, str])
     return ours(model_config(preset), {"ours-fp32": "float32", "ours-bf16": "bfloat16", "ours-int8": "int8"}[system])
 
 
+def products_ms_per_token(decode: Decode, work: Workload, beam: int, batch_size: int) -> float:
+    """--profile: milliseconds per target token that decoding the workload spends in matrix
+    products (PROFILED systems only: the profiler is torch's)."""
+    from _timing import seconds_in_products  # benchmarks/_timing.py
+
+    batches = batches_of(work, batch_size)
+    return 1e3 * seconds_in_products(lambda: [decode(batch, beam, work.length) for batch in batches]) / (
+        len(work.sentences) * work.length)
+
+
 def run_system(system: str, preset: str, threads: int, counts: dict[str, int], length: int,
-               models: dict[str, str]) -> list[dict]:
+               models: dict[str, str], profile: bool = False) -> list[dict]:
     """The rows of one system at one thread count: what a child process measures."""
     decode = build_system(system, preset, threads, models)
     rows = []
     for setting, (beam, batch_size) in SETTINGS.items() if decode else ():
-        tokens_per_s, sentences_per_s, flag = measure(decode, make_workload(counts[setting], length), beam, batch_size)
+        work = make_workload(counts[setting], length)
+        tokens_per_s, sentences_per_s, flag = measure(decode, work, beam, batch_size)
         rows.append({"system": system, "preset": preset, "setting": setting, "threads": threads,
                      "tokens_per_s": round(tokens_per_s, 1), "sentences_per_s": round(sentences_per_s, 2),
                      "flag": flag, "torch_loaded": "torch" in sys.modules})
+        if profile and system in PROFILED:
+            rows[-1]["products_ms_per_token"] = round(products_ms_per_token(decode, work, beam, batch_size), 4)
         print(f"  {preset:5} {setting:14} {system:14} {threads} threads {tokens_per_s:8.0f} tok/s {flag}",
               file=sys.stderr)
     return rows
 
 
 def run_isolated(system: str, preset: str, threads: int, counts: dict[str, int], length: int,
-                 models: dict[str, str]) -> list[dict]:
+                 models: dict[str, str], profile: bool = False) -> list[dict]:
     """One system at one thread count in a fresh process: thread pools of different engines
     (PyTorch's OpenMP, CTranslate2's) in one process would slow each other down."""
     command = [sys.executable, __file__, "--child", json.dumps({
-        "system": system, "preset": preset, "threads": threads, "counts": counts, "length": length, "models": models})]
+        "system": system, "preset": preset, "threads": threads, "counts": counts, "length": length, "models": models,
+        "profile": profile})]
     result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
     if result.returncode != 0:
         print(f"{system}, {threads} threads: failed (exit code {result.returncode})", file=sys.stderr)
@@ -331,6 +356,24 @@ def mark_best(rows: list[dict]) -> list[dict]:
         if not row["flag"] and (key not in best or row["tokens_per_s"] > best[key]["tokens_per_s"]):
             best[key] = row
     return [{**row, "best": best.get((row["preset"], row["setting"], row["system"])) is row} for row in rows]
+
+
+def product_lines(rows: list[dict]) -> list[str]:
+    """--profile: for each of our best rows, ms per target token and its matrix products' share,
+    beside CTranslate2 float32's whole token at its best (either conversion)."""
+    lines = []
+    for row in rows:
+        if not (row["best"] and "products_ms_per_token" in row):
+            continue
+        line = (f"{row['preset']} {row['setting']} {row['system']} ({row['threads']} threads): "
+                f"{1e3 / row['tokens_per_s']:.3f} ms a target token, matrix products {row['products_ms_per_token']:.3f}")
+        ct2 = [r for r in rows if r["best"] and r["system"] in ("ct2-float32", "export-float32")
+               and (r["preset"], r["setting"]) == (row["preset"], row["setting"])]
+        if ct2:
+            fastest = max(ct2, key=lambda r: r["tokens_per_s"])
+            line += f"; CTranslate2 float32's whole token {1e3 / fastest['tokens_per_s']:.3f} ({fastest['threads']} threads)"
+        lines.append(line)
+    return lines
 
 
 def print_table(rows: list[dict]) -> None:
@@ -363,12 +406,14 @@ def main() -> int:
                         help="which systems to run (default: all)")
     parser.add_argument("--threads", type=int, nargs="+", default=None,
                         help="thread counts to try for every system (default: 1, 2, 4, ... up to the cores)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also the ms per target token our rows spend in matrix products (see above)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one system's measurement, as JSON
     args = parser.parse_args()
     if args.child:
         job = json.loads(args.child)
         print(json.dumps(run_system(job["system"], job["preset"], job["threads"], job["counts"], job["length"],
-                                    job["models"])))
+                                    job["models"], job["profile"])))
         return 0
     presets = args.presets or (["small"] if args.quick else ["small", "base"])
     if args.sentences:
@@ -390,11 +435,13 @@ def main() -> int:
         for preset in presets:
             models = convert(preset, set(args.systems), tmp)
             rows += [row for system in args.systems for n in threads
-                     for row in run_isolated(system, preset, n, counts, args.length, models)]
+                     for row in run_isolated(system, preset, n, counts, args.length, models, args.profile)]
     rows.sort(key=lambda r: (presets.index(r["preset"]), list(SETTINGS).index(r["setting"]),
                              SYSTEMS.index(r["system"]), r["threads"]))
     rows = mark_best(rows)
     print_table(rows)
+    for line in product_lines(rows):
+        print(line)
     if args.json:
         print(json.dumps({"peak_gflops": peaks, "rows": rows}))
     return 0

@@ -55,7 +55,7 @@ from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.schedule import make_optimizer, set_lr
 from transformer_mt.training.translation import TeacherForcing
 
-from _timing import matmul_peaks, now  # benchmarks/_timing.py
+from _timing import matmul_peaks, now, seconds_in_products  # benchmarks/_timing.py
 
 VOCAB, PAD = 8000, 0
 LR = 1e-4  # both models' learning rate: small steps keep the logits in a trained model's range
@@ -186,26 +186,17 @@ def time_steps(model: nn.Module, batches: list, dtype: str, warmup: int, device:
     return seconds, tokens
 
 
-# The matrix products of a step as the CPU profiler names them (Linear: addmm or mm; attention: bmm).
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
-
-
 def matmul_seconds(model: nn.Module, batches: list, dtype: str, warmup: int) -> float:
-    """Seconds that len(batches) - warmup CPU training steps spend in matrix products: the
-    profiler's self time of MATMUL_OPS (oneDNN's kernels, which ours and nn.Transformer share).
-    However fast everything else became, a step cannot take less: nn.Transformer's step over
-    ours' matmul seconds bounds the ratio this benchmark reports."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """Seconds that len(batches) - warmup CPU training steps spend in matrix products
+    (seconds_in_products: oneDNN's kernels, which ours and nn.Transformer share). However fast
+    everything else became, a step cannot take less: nn.Transformer's step over ours' matmul
+    seconds bounds the ratio this benchmark reports."""
     device = torch.device("cpu")
     model.to(device).train()
     optimizer = make_benchmark_optimizer(model)
     for batch in batches[:warmup]:
         train_step(model, optimizer, batch, dtype, device)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for batch in batches[warmup:]:
-            train_step(model, optimizer, batch, dtype, device)
-    return sum(event.self_cpu_time_total for event in prof.key_averages() if event.key in MATMUL_OPS) / 1e6
+    return seconds_in_products(lambda: [train_step(model, optimizer, batch, dtype, device) for batch in batches[warmup:]])
 
 
 def profile_columns(row: dict, make, batches: list, dtype: str, warmup: int, step_seconds: float) -> str:

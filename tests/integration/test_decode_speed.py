@@ -40,9 +40,12 @@ def test_the_best_thread_count_is_per_system_and_never_a_flagged_row() -> None:
 
 
 def test_each_system_runs_in_its_own_process_and_ctranslate2_without_torch() -> None:
+    """--profile: our rows carry the ms per token of their matrix products (less than the whole
+    token), printed beside CTranslate2's whole token; CTranslate2's rows carry none."""
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transformer-mt[interop]')")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "decode_speed.py"), "--presets", "tiny", "--sentences", "2",
-                             "--length", "3", "--systems", "ours-fp32", "export-float32", "--threads", "1", "--json"],
+                             "--length", "3", "--systems", "ours-fp32", "export-float32", "--threads", "1", "--json",
+                             "--profile"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(result.stdout.strip().splitlines()[-1])["rows"]
@@ -50,3 +53,9 @@ def test_each_system_runs_in_its_own_process_and_ctranslate2_without_torch() -> 
         (system, setting) for system in ("ours-fp32", "export-float32") for setting in bench.SETTINGS}
     assert all(r["best"] and not r["flag"] for r in rows)
     assert {r["system"]: r["torch_loaded"] for r in rows} == {"ours-fp32": True, "export-float32": False}
+    for row in rows:
+        if row["system"] == "ours-fp32":
+            assert 0 < row["products_ms_per_token"] < 1e3 / row["tokens_per_s"]
+        else:
+            assert "products_ms_per_token" not in row
+    assert "greedy-batch1 ours-fp32 (1 threads)" in result.stdout and "CTranslate2 float32's whole token" in result.stdout

@@ -38,6 +38,7 @@ def greedy_decode(
     batch = src.size(0)
     limits = torch.as_tensor(max_len, device=src.device).expand(batch) + 1  # + eos
     source = encode_source(model, src, pad_id, use_cache)
+    banned_ids = torch.tensor(banned, dtype=torch.long, device=src.device)
     ys = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
     scores = torch.zeros(batch, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
@@ -46,7 +47,7 @@ def greedy_decode(
         states = source.decode(step_input)
         log_probs = model.generator(states[:, -1])
         if banned:
-            log_probs[:, list(banned)] = float("-inf")
+            log_probs.index_fill_(1, banned_ids, float("-inf"))
         if step < min_len:
             log_probs[:, eos_id] = float("-inf")
         best, token = log_probs.max(dim=-1)
