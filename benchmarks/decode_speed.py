@@ -14,7 +14,7 @@ is flagged. Prints target tokens/s and sentences/s; with --json the last stdout 
 
     {"peak_gflops": {"fp32", "bf16"},
      "rows": [{"system", "preset", "setting", "threads", "tokens_per_s", "sentences_per_s",
-               "flag", "torch_loaded", "best"}, ...]}
+               "flag", "torch_loaded", "best", "products_ms_per_token" (--profile)}, ...]}
 
 Hugging Face and CTranslate2 rows need `pip install transformers ctranslate2` (they are
 skipped with a message otherwise). `ct2-*`: the Hugging Face model converted with
@@ -407,7 +407,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=None,
                         help="thread counts to try for every system (default: 1, 2, 4, ... up to the cores)")
     parser.add_argument("--profile", action="store_true",
-                        help="also the ms per target token our rows spend in matrix products (see above)")
+                        help="also the ms per target token our fp32 and bf16 rows spend in matrix products")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one system's measurement, as JSON
     args = parser.parse_args()
     if args.child:
