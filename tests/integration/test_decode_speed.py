@@ -40,12 +40,9 @@ def test_the_best_thread_count_is_per_system_and_never_a_flagged_row() -> None:
 
 
 def test_each_system_runs_in_its_own_process_and_ctranslate2_without_torch() -> None:
-    """--profile: our rows carry the ms per token of their matrix products (less than the whole
-    token), printed beside CTranslate2's whole token; CTranslate2's rows carry none."""
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transformer-mt[interop]')")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "decode_speed.py"), "--presets", "tiny", "--sentences", "2",
-                             "--length", "3", "--systems", "ours-fp32", "export-float32", "--threads", "1", "--json",
-                             "--profile"],
+                             "--length", "3", "--systems", "ours-fp32", "export-float32", "--threads", "1", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(result.stdout.strip().splitlines()[-1])["rows"]
@@ -53,9 +50,23 @@ def test_each_system_runs_in_its_own_process_and_ctranslate2_without_torch() -> 
         (system, setting) for system in ("ours-fp32", "export-float32") for setting in bench.SETTINGS}
     assert all(r["best"] and not r["flag"] for r in rows)
     assert {r["system"]: r["torch_loaded"] for r in rows} == {"ours-fp32": True, "export-float32": False}
+
+
+def test_profile_gives_our_rows_their_products_share_beside_ctranslate2s_whole_token() -> None:
+    """--profile (in this process, at its thread count): an fp32 row's ms per target token in
+    matrix products is part of its whole token; int8 rows, whose products the profiler does not
+    name, and CTranslate2's rows get none; the printed line sets CTranslate2's token beside ours."""
+    import torch
+
+    counts = dict.fromkeys(bench.SETTINGS, 2)
+    rows = bench.run_system("ours-fp32", "tiny", torch.get_num_threads(), counts, 3, {}, profile=True)
+    assert [r["setting"] for r in rows] == list(bench.SETTINGS)
     for row in rows:
-        if row["system"] == "ours-fp32":
-            assert 0 < row["products_ms_per_token"] < 1e3 / row["tokens_per_s"]
-        else:
-            assert "products_ms_per_token" not in row
-    assert "greedy-batch1 ours-fp32 (1 threads)" in result.stdout and "CTranslate2 float32's whole token" in result.stdout
+        assert 0 < row["products_ms_per_token"] < 1e3 / row["tokens_per_s"], row
+    assert "products_ms_per_token" not in bench.run_system("ours-int8", "tiny", torch.get_num_threads(), counts, 3, {},
+                                                           profile=True)[0]
+    ct2 = {**rows[1], "system": "export-float32", "threads": 1, "tokens_per_s": 500.0}
+    del ct2["products_ms_per_token"]
+    lines = bench.product_lines(bench.mark_best([*rows, ct2]))
+    assert lines[0].startswith("tiny beam4-batch32 ours-fp32") and "CTranslate2" not in lines[0]
+    assert lines[1].endswith("CTranslate2 float32's whole token 2.000 (1 threads)"), lines
