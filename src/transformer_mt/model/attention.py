@@ -111,24 +111,21 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.in_proj.bias)
         nn.init.zeros_(self.out_proj.bias)
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        return split_heads(x, self.n_heads)
-
     def _project(
         self, query: torch.Tensor, memory: torch.Tensor | None, cache: KeyValueCache | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V as (B, H, T, d_k); reuses and extends `cache` when decoding step by step."""
         if memory is None:  # self-attention: Q, K, V from the same sequence
             q, k, v = self.in_proj(query).chunk(3, dim=-1)
-            q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+            q, k, v = split_heads(q, self.n_heads), split_heads(k, self.n_heads), split_heads(v, self.n_heads)
             if cache is not None:
                 k, v = cache.extend(k, v)
             return q, k, v
-        q = self._split_heads(self._cross_query(query))
+        q = split_heads(self._cross_query(query), self.n_heads)
         if cache is not None and cache.filled:  # encoder keys/values: once per sentence
             return q, cache.keys, cache.values
         k, v = self._cross_key_value(memory).chunk(2, dim=-1)
-        k, v = self._split_heads(k), self._split_heads(v)
+        k, v = split_heads(k, self.n_heads), split_heads(v, self.n_heads)
         if cache is not None:
             cache.store(k, v)
         return q, k, v
@@ -203,7 +200,7 @@ class MultiHeadAttention(nn.Module):
             )
         for hook in self._heads_hooks.values():
             heads = hook(self, heads)
-        return self.out_proj(self._merge_heads(heads))
+        return self.out_proj(merge_heads(heads))
 
     def _takes_explicit_path(self, q: torch.Tensor) -> bool:
         """The written-out path gives the weights to weights hooks, and it is the faster one in
@@ -239,6 +236,3 @@ class MultiHeadAttention(nn.Module):
         for hook in self._weights_hooks.values():
             hook(self, weights, q, k, mask)
         return x
-
-    def _merge_heads(self, x: torch.Tensor) -> torch.Tensor:
-        return merge_heads(x)
