@@ -39,6 +39,18 @@ def test_the_best_thread_count_is_per_system_and_never_a_flagged_row() -> None:
     assert [(r["system"], r["threads"]) for r in rows if r["best"]] == [("ours-fp32", 2), ("ct2-int8", 1), ("hf", 2)]
 
 
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_ours_bf16_runs_by_default_only_where_the_cpu_has_native_bf16(native_bf16: bool, monkeypatch) -> None:
+    import torch
+
+    from transformer_mt import device
+
+    monkeypatch.setattr(device, "has_fast_bf16", lambda _: native_bf16)
+    systems = bench.default_systems(torch.device("cpu"))
+    assert ("ours-bf16" in systems) == native_bf16
+    assert [s for s in bench.SYSTEMS if s != "ours-bf16"] == [s for s in systems if s != "ours-bf16"]
+
+
 def test_each_system_runs_in_its_own_process_and_ctranslate2_without_torch() -> None:
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transformer-mt[interop]')")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "decode_speed.py"), "--presets", "tiny", "--sentences", "2",
