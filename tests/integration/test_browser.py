@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser_support import PAINTED, assert_clean, chromium, click_cell, open_page
+from browser_support import PAINTED, assert_clean, chromium, click_cell, open_page, waiting
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from transformer_mt.server import Limits, TranslationService, create_app
 from transformer_mt.server.background import BackgroundServer
@@ -43,7 +43,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
 def test_type_translate_and_see_the_heatmap(browser, page_url: str, translator: Translator, tmp_path: Path) -> None:
     expected = translator.translate([SENTENCE])[0]  # before the page uses the shared model
     browser.get(page_url + "/")
-    wait = WebDriverWait(browser, 30)
+    wait = waiting(browser)
     wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)
     browser.find_element(By.ID, "source").send_keys(SENTENCE)
     browser.find_element(By.ID, "translate").click()
@@ -72,7 +72,7 @@ def test_an_error_is_shown_on_the_page(browser, page_url: str) -> None:
     browser.execute_script("document.getElementById('source').value = arguments[0];", "w1 " * 800)
     browser.find_element(By.ID, "translate").click()
     error = browser.find_element(By.ID, "error")
-    WebDriverWait(browser, 30).until(lambda d: error.is_displayed())
+    waiting(browser).until(lambda d: error.is_displayed())
     assert "at most 2000" in error.text
 
 
@@ -195,7 +195,7 @@ def test_the_page_opens_with_the_runs_example_translated(browser, tiny_run: Path
     expected = translator.translate([example])[0]
     with BackgroundServer(create_app(TranslationService(translator, "tiny", Limits(), example))) as url:
         browser.get(url + "/")
-        wait = WebDriverWait(browser, 30)
+        wait = waiting(browser)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output .translation"))  # nothing clicked
         assert browser.find_element(By.ID, "source").get_attribute("value") == example
         assert browser.find_element(By.CSS_SELECTOR, "#output .translation").text == expected
