@@ -60,8 +60,8 @@ def chromium(profile: Path) -> Iterator:
 
 
 def waiting(browser) -> WebDriverWait:
-    """A wait of up to 30 s that looks every 50 ms (selenium's default, every 0.5 s, added up
-    to 9 s of sleeping to the browser tests)."""
+    """A wait of up to 30 s that looks every 50 ms: selenium's default, every 0.5 s, makes each
+    wait up to half a second longer than the page needs."""
     return WebDriverWait(browser, 30, poll_frequency=0.05)
 
 
