@@ -360,20 +360,31 @@ def mark_best(rows: list[dict]) -> list[dict]:
     return [{**row, "best": best.get((row["preset"], row["setting"], row["system"])) is row} for row in rows]
 
 
+def ct2_float32_best(rows: list[dict]) -> dict[tuple, dict]:
+    """(preset, setting) -> CTranslate2 float32's fastest best row there (either conversion):
+    what our rows are set beside."""
+    fastest: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["preset"], row["setting"])
+        if row["best"] and row["system"] in ("ct2-float32", "export-float32") and (
+                key not in fastest or row["tokens_per_s"] > fastest[key]["tokens_per_s"]):
+            fastest[key] = row
+    return fastest
+
+
 def product_lines(rows: list[dict]) -> list[str]:
     """--profile: for each of our best rows, ms per target token and its matrix products' share,
     beside CTranslate2 float32's whole token at its best (either conversion)."""
+    reference = ct2_float32_best(rows)
     lines = []
     for row in rows:
         if not (row["best"] and "products_ms_per_token" in row):
             continue
         line = (f"{row['preset']} {row['setting']} {row['system']} ({row['threads']} threads): "
                 f"{1e3 / row['tokens_per_s']:.3f} ms a target token, matrix products {row['products_ms_per_token']:.3f}")
-        ct2 = [r for r in rows if r["best"] and r["system"] in ("ct2-float32", "export-float32")
-               and (r["preset"], r["setting"]) == (row["preset"], row["setting"])]
+        ct2 = reference.get((row["preset"], row["setting"]))
         if ct2:
-            fastest = max(ct2, key=lambda r: r["tokens_per_s"])
-            line += f"; CTranslate2 float32's whole token {1e3 / fastest['tokens_per_s']:.3f} ({fastest['threads']} threads)"
+            line += f"; CTranslate2 float32's whole token {1e3 / ct2['tokens_per_s']:.3f} ({ct2['threads']} threads)"
         lines.append(line)
     return lines
 
@@ -381,17 +392,13 @@ def product_lines(rows: list[dict]) -> list[str]:
 def print_table(rows: list[dict]) -> None:
     """Each system at its best thread count, with its speed over CTranslate2 float32's best
     (either conversion) where that ran; then the rows that emitted other work."""
-    reference: dict[tuple, float] = {}
-    for row in rows:
-        if row["best"] and row["system"] in ("ct2-float32", "export-float32"):
-            key = (row["preset"], row["setting"])
-            reference[key] = max(reference.get(key, 0.0), row["tokens_per_s"])
+    reference = ct2_float32_best(rows)
     print(f"{'preset':6} {'setting':14} {'system':14} {'threads':>7} {'target tok/s':>12} {'sent/s':>8} "
           f"{'x CT2 fp32':>10}")
     for row in rows:
         if row["best"] or row["flag"]:
-            ct2_fp32 = reference.get((row["preset"], row["setting"]))
-            ratio = f"{row['tokens_per_s'] / ct2_fp32:10.2f}" if ct2_fp32 else f"{'':10}"
+            ct2 = reference.get((row["preset"], row["setting"]))
+            ratio = f"{row['tokens_per_s'] / ct2['tokens_per_s']:10.2f}" if ct2 else f"{'':10}"
             print(f"{row['preset']:6} {row['setting']:14} {row['system']:14} {row['threads']:7} "
                   f"{row['tokens_per_s']:12.0f} {row['sentences_per_s']:8.1f} {ratio} {row['flag']}")
 
