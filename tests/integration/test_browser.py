@@ -42,9 +42,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
 
 def test_type_translate_and_see_the_heatmap(browser, page_url: str, translator: Translator, tmp_path: Path) -> None:
     expected = translator.translate([SENTENCE])[0]  # before the page uses the shared model
-    browser.get(page_url + "/")
-    wait = waiting(browser)
-    wait.until(lambda d: "layers" in d.find_element(By.ID, "model-info").text)
+    wait = open_page(browser, page_url)
     browser.find_element(By.ID, "source").send_keys(SENTENCE)
     browser.find_element(By.ID, "translate").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output .translation"))
