@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from transformer_mt.device import has_fast_bf16
+from transformer_mt.common.device import has_fast_bf16
 
 
 def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:

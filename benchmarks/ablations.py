@@ -1,7 +1,7 @@
 """The study notes' question answered in their own recipe (issue 63): why their Transformer
 translated poorly. Trains named rows on Multi30k de->en, each seed of each row a run of its
 own, and keeps per run the final training loss, validation BLEU and test BLEU/chrF (last
-weights) in one results file; --markdown prints every row's mean and spread over seeds.
+weights) in one results file; --markdown prints every row's mean ± sample standard deviation over seeds.
 
 Rows (`--show --rows NAME` prints a row's whole resolved config: the package defaults, or
 its preset, with the row's overrides below and the run's own (seed, steps, one validation
@@ -83,14 +83,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _timing import matmul_peaks  # noqa: E402
-from transformer_mt.config import Config, config_from_dict, config_yaml, load_config, parse_override, replace  # noqa: E402
+from transformer_mt.common.config import Config, config_from_dict, config_yaml, load_config, parse_override, replace  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.diagnosis.case import open_case  # noqa: E402
 from transformer_mt.diagnosis.report import diagnose  # noqa: E402
-from transformer_mt.evaluation import score  # noqa: E402
-from transformer_mt.runs import read_events  # noqa: E402
+from transformer_mt.common.evaluation import score  # noqa: E402
+from transformer_mt.runs.directory import read_events  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
-from transformer_mt.translator import Translator  # noqa: E402
+from transformer_mt.inference.translator import Translator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 RESULTS = Path(__file__).resolve().parent / "results" / "ablations_seeds.jsonl"
@@ -426,19 +426,19 @@ HEADER = {"en": "| row | what changed | seeds | steps | epochs | parameters | tr
 UNSURE = {"en": "Differences under twice the larger seed spread (or with one seed): ",
           "zh": "差值小于较大种子波动的两倍（或只有一个种子）的行："}
 WHAT_ZH = {
-    "notes": "笔记的第一次实验，照原样（包括深拷贝）", "+independent_init": "每个模块各自用 PyTorch 默认方式抽取，不深拷贝",
+    "notes": "笔记的第一次实验，照原样（包括深拷贝）", "+independent_init": "每个模块各自用 PyTorch 默认方式独立初始化，不深拷贝",
     "notes_10k": "笔记的第二次实验：10,000 个句对，d_model 512，d_ff 1,024", "notes_n4": "N = 4", "notes_n6": "N = 6",
     "notes_d512": "d_model 512，d_ff 1,024", "+xavier": "Xavier 均匀初始化（本工具包的默认）",
     "+normal_embedding": "Xavier 矩阵，词嵌入 N(0, 1/d_model)（tensor2tensor、fairseq）",
     "+unscaled_embedding": "PyTorch 的 N(0, 1) 词嵌入不乘 sqrt(d_model)：与位置编码同一尺度",
     "+unk": "未登录的源端词记为 <unk>，不屏蔽", "+bpe": "一个共享的 8,000 BPE 词表",
     "+all_pairs": "全部 29,000 个句对，同样 4,680 步（5.2 个 epoch）",
-    "+warmup": "论文的 Adam（0.9/0.98/1e-9）和学习率，公式 3，warmup 468 步（峰值 4.1e-3）",
-    "+warmup_only": "笔记的 Adam 和 1e-3，前面加 468 步线性 warmup（论文调度的其余部分都不用）",
+    "+warmup": "论文的 Adam（0.9/0.98/1e-9）和学习率，公式 3，预热 468 步（峰值 4.1e-3）",
+    "+warmup_only": "笔记的 Adam 和 1e-3，前面加 468 步线性预热（论文调度的其余部分都不用）",
     "+smoothing": "标签平滑 0.1", "+beam4": "束宽 4，长度惩罚 0.6", "+tied": "输出层与目标端词嵌入共享",
     "+paper_dropout": "dropout 0.1 只用在子层输出和嵌入之和上（5.4 节）", "+no_dropout": "不用 dropout",
     "all_fixes": "全部一起：+xavier、+unk、+bpe、+all_pairs、+warmup、+smoothing、+beam4、+tied、+paper_dropout",
-    "ours": "multi30k_de_en 预设，不限训练时间", "E_learned": "(E) 学习的位置表",
+    "ours": "multi30k_de_en 预设，不限训练时间", "E_learned": "(E) 可学习的位置编码",
 }
 
 
@@ -497,7 +497,7 @@ def draw_chart(chosen: list[Row], found: dict[str, list[dict]], path: Path) -> N
     handles = [Patch(color=colours[group], label=label) for group, label in GROUPS.items()
                if any(row.group == group for row in shown)]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=4, fontsize=8)
-    ax.set_xlabel("BLEU, Multi30k de->en test_2016 (cased sacreBLEU), mean and spread over seeds")
+    ax.set_xlabel("BLEU, Multi30k de->en test_2016 (cased sacreBLEU), mean ± sample standard deviation over seeds")
     ax.set_title("The fixes of all_fixes one after another, from the notes' recipe"
                  if all(row.group == "ladder" for row in shown) else
                  "The study notes' recipe, their hypotheses, and each fix from it")

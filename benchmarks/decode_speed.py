@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     import torch
 
-    from transformer_mt.config import ModelConfig
+    from transformer_mt.common.config import ModelConfig
 
 VOCAB = 8000
 SETTINGS = {"beam4-batch32": (4, 32), "greedy-batch1": (1, 1)}
@@ -75,7 +75,7 @@ def make_workload(count: int, length: int, seed: int = 1) -> Workload:
 
 
 def model_config(preset: str) -> ModelConfig:
-    from transformer_mt.config import load_config, replace
+    from transformer_mt.common.config import load_config, replace
 
     cfg = load_config(preset, ["--data.task=copy"]).model
     return replace(cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, dropout=0.0)
@@ -90,7 +90,7 @@ def ours(cfg: ModelConfig, dtype: str) -> Decode:
     from transformer_mt.decoding.beam import beam_search
     from transformer_mt.decoding.greedy import greedy_decode
     from transformer_mt.model.transformer import build_model
-    from transformer_mt.quantize import prepare_model
+    from transformer_mt.runs.quantize import prepare_model
 
     torch.manual_seed(1)
     model = prepare_model(build_model(cfg), dtype)
@@ -287,7 +287,7 @@ def build_system(system: str, preset: str, threads: int, models: dict[str, str])
         return ct2(models[system], quantization, threads, append_eos=not system.startswith("export"))
     import torch
 
-    from transformer_mt.device import reuse_freed_memory
+    from transformer_mt.common.device import reuse_freed_memory
 
     torch.set_num_threads(threads)
     reuse_freed_memory()  # as `transformer-mt translate` does
@@ -406,7 +406,7 @@ def print_table(rows: list[dict]) -> None:
 def default_systems(device: torch.device) -> list[str]:
     """Every system, less ours-bf16 where `device` has no native bf16: there its products are
     emulated, hundreds of times slower than fp32, and the row would take most of the run."""
-    from transformer_mt.device import has_fast_bf16
+    from transformer_mt.common.device import has_fast_bf16
 
     if has_fast_bf16(device):
         return list(SYSTEMS)

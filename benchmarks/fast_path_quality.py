@@ -38,8 +38,8 @@ from typing import Callable
 import torch
 
 from transformer_mt.data.corpus import read_lines
-from transformer_mt.evaluation import Scores, score
-from transformer_mt.translator import Translator
+from transformer_mt.common.evaluation import Scores, score
+from transformer_mt.inference.translator import Translator
 
 SYSTEMS = ("ours-fp32", "ours-bf16", "ours-int8", "ct2-float32", "ct2-int8")
 OURS_DTYPES = {"ours-fp32": "float32", "ours-bf16": "bfloat16", "ours-int8": "int8"}

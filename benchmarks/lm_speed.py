@@ -75,13 +75,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from transformer_mt.config import Config, ModelConfig, TrainConfig
+from transformer_mt.common.config import Config, ModelConfig, TrainConfig
 from transformer_mt.data.blocks import BlockBatch
 from transformer_mt.decoding.sampling import generate
-from transformer_mt.device import autocast, has_fast_bf16, reuse_freed_memory
+from transformer_mt.common.device import autocast, has_fast_bf16, reuse_freed_memory
 from transformer_mt.model.language_model import build_language_model
-from transformer_mt.training.language_modeling import LanguageModelTask
-from transformer_mt.training.schedule import make_optimizer, set_lr
+from transformer_mt.training.language_model import LanguageModelTask
+from transformer_mt.training.trainer import make_optimizer, set_lr
 
 from _timing import matmul_peaks, now  # benchmarks/_timing.py
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
 

@@ -123,7 +123,7 @@ def wait_healthy(host: str, port: int, process: subprocess.Popen | None, timeout
 
 def tiny_run(folder: Path) -> Path:
     """Train the `tiny` preset on the copy task for a few seconds (no run given)."""
-    from transformer_mt.config import load_config
+    from transformer_mt.common.config import load_config
     from transformer_mt.training import fit
 
     run = folder / "tiny"

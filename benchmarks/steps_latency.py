@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 from fastapi.testclient import TestClient
 
-from transformer_mt.config import load_config, replace
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.common.config import load_config, replace
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.model.transformer import build_model
-from transformer_mt.server import Limits, TranslationService, create_app
-from transformer_mt.translator import Translator
+from transformer_mt.server import TranslateLimits, TranslationService, create_app
+from transformer_mt.inference.translator import Translator
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 SENTENCE = "A man in a blue shirt is standing next to a red car while two children play with a dog"  # 20 words
@@ -60,7 +60,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         translator = Translator.from_run(args.run, device="cpu") if args.run else random_small(Path(tmp))
-    client = TestClient(create_app(TranslationService(translator, "bench", Limits())))
+    client = TestClient(create_app(TranslationService(translator, "bench", TranslateLimits())))
     rows = []
     print(f"{'request':34} {'beam':>4} {'steps':>5} {'median ms':>10}")
     for beam in (1, 4):

@@ -6,7 +6,7 @@
     python benchmarks/time_to_quality.py --preset multi30k_en_de --budgets 60 --override=--train.precision=fp32
 
 Each run trains with --train.budget_minutes=B (the run fits its steps, schedule, validation
-and averaging into B minutes on its host; training/budget.py), then translates
+and averaging into B minutes on its host; training/plan.py), then translates
 test_2016_flickr and test_2017_flickr with the model `translate` loads by default (the
 average or the best checkpoint, chosen on validation) and reports cased sacreBLEU, BLEU on
 lowercased 13a-tokenized text and chrF, and the validation BLEU that selected it. Every
@@ -47,14 +47,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from _timing import matmul_peaks  # noqa: E402
-from transformer_mt.config import RETIRED, Config, load_config, parse_override  # noqa: E402
+from transformer_mt.common.config import RETIRED, Config, load_config, parse_override  # noqa: E402
 from transformer_mt.data.corpus import read_parallel  # noqa: E402
-from transformer_mt.device import reuse_freed_memory  # noqa: E402
-from transformer_mt.evaluation import score  # noqa: E402
-from transformer_mt.files import atomic_open  # noqa: E402
-from transformer_mt.runs import read_events  # noqa: E402
+from transformer_mt.common.device import reuse_freed_memory  # noqa: E402
+from transformer_mt.common.evaluation import score  # noqa: E402
+from transformer_mt.common.files import atomic_open  # noqa: E402
+from transformer_mt.runs.directory import read_events  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
-from transformer_mt.translator import Translator  # noqa: E402
+from transformer_mt.inference.translator import Translator  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 RESULTS = Path(__file__).resolve().parent / "results" / "time_to_quality.jsonl"

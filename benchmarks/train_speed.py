@@ -46,13 +46,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_mt.config import load_config, replace
+from transformer_mt.common.config import load_config, replace
 from transformer_mt.data.batching import batch_indices, collate
 from transformer_mt.model import build_model
 from transformer_mt.model.embeddings import PositionalEncoding
-from transformer_mt.device import has_fast_bf16, reuse_freed_memory
+from transformer_mt.common.device import has_fast_bf16, reuse_freed_memory
 from transformer_mt.training.loss import LabelSmoothingLoss
-from transformer_mt.training.schedule import make_optimizer, set_lr
+from transformer_mt.training.trainer import make_optimizer, set_lr
 from transformer_mt.training.translation import TeacherForcing
 
 from _timing import matmul_peaks, now, seconds_in_products  # benchmarks/_timing.py

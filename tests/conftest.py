@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_mt.config import load_config
+from transformer_mt.common.config import load_config
 
 torch.set_num_threads(2)
 

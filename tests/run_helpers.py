@@ -26,7 +26,7 @@ def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def fit_on_one_thread(preset: str, args: list[str], run: Path):
     """fit(preset + args) in this process on one thread, as each torchrun rank runs."""
-    from transformer_mt.config import load_config
+    from transformer_mt.common.config import load_config
     from transformer_mt.training import fit
 
     threads = torch.get_num_threads()
@@ -63,7 +63,7 @@ def resume_from(run: Path, step: int, copy: Path, **fit_options: object) -> dict
     {"straight": ..., "resumed": ...}, to compare with `assert_same_state`."""
     import shutil
 
-    from transformer_mt.runs import list_checkpoints, load_checkpoint
+    from transformer_mt.runs.directory import list_checkpoints, load_checkpoint
     from transformer_mt.training import fit
 
     shutil.copytree(run, copy)

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from transformer_mt.config import Config
+from transformer_mt.common.config import Config
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.errors import UserError
-from transformer_mt.evaluation import score
-from transformer_mt.runs import RunDir
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.evaluation import score
+from transformer_mt.runs.directory import RunDir
 from transformer_mt.training import fit
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 log = logging.getLogger("transformer_mt")
 
@@ -87,7 +87,7 @@ def run_lm_demo(cfg: Config, out: Path, examples: int = 5, prompts: int = 300) -
     validation perplexity and the unigram baseline into OUT/learned.png."""
     from transformer_mt.data.text_stream import open_text, unigram_loss
     from transformer_mt.data.toy_corpora import is_well_formed
-    from transformer_mt.generation import LanguageModel
+    from transformer_mt.inference.language_model import LanguageModel
     from transformer_mt.viz.curves import read_metrics
     from transformer_mt.viz.figure import save_figure
     from transformer_mt.viz.language_model import learning_figure

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from transformer_mt.cli import main
-from transformer_mt.config import load_config
+from transformer_mt.common.config import load_config
 from transformer_mt.training import fit
 from transformer_mt.training.trainer import Trainer
 

@@ -23,10 +23,10 @@ from torch import nn
 
 from transformer_mt.cli import main
 from transformer_mt.data.specials import UNK_ID
-from transformer_mt.data.word_vocab_tokenizer import our_rows
+from transformer_mt.data.tokenizers.word_vocab import our_rows
 from transformer_mt.model.transformer import NEVER_LOGIT
-from transformer_mt.runs import RunDir, load_run_model
-from transformer_mt.translator import Translator
+from transformer_mt.runs.directory import RunDir, load_run_model
+from transformer_mt.inference.translator import Translator
 
 MAX_LEN = 12  # their dataset's max_len in this test: sources and targets cut and padded to it
 SOURCE_WORDS = [f"w{i}" for i in range(14)]
@@ -368,7 +368,7 @@ def test_what_is_refused_is_one_line(notes: dict, tmp_path: Path, capsys, change
 def test_beam_evaluate_plot_and_the_page_work_on_the_imported_run(notes: dict, tmp_path: Path, capsys) -> None:
     from fastapi.testclient import TestClient
 
-    from transformer_mt.server import Limits, TranslationService, create_app
+    from transformer_mt.server import TranslateLimits, TranslationService, create_app
 
     run = import_run(notes, "trained")
     (tmp_path / "src").write_text("\n".join(notes["src"][530:540]) + "\n")
@@ -381,7 +381,7 @@ def test_beam_evaluate_plot_and_the_page_work_on_the_imported_run(notes: dict, t
     out = capsys.readouterr().out
     assert "0 ||| " in out and '"bleu": ' in out
     client = TestClient(create_app(TranslationService(Translator.from_run(run, device="cpu"), "notes",
-                                                      Limits(max_chars=300))))
+                                                      TranslateLimits(max_chars=300))))
     assert client.get("/").status_code == 200
     body = client.post("/api/translate", json={"text": "w3 zz w5", "attention": True}).json()
     steps = client.post("/api/steps", json={"text": "w3 zz w5", "beam": 1}).json()

@@ -17,9 +17,9 @@ from browser_support import PAINTED, assert_clean, chromium, click_cell, open_pa
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from transformer_mt.server import Limits, TranslationService, create_app
+from transformer_mt.server import TranslateLimits, TranslationService, create_app
 from transformer_mt.server.background import BackgroundServer
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 SENTENCE = "w3 w1 w4 w1 w5"
 
@@ -31,7 +31,7 @@ def translator(tiny_run: Path) -> Translator:
 
 @pytest.fixture(scope="module")
 def page_url(translator: Translator):
-    with BackgroundServer(create_app(TranslationService(translator, "tiny", Limits()))) as url:
+    with BackgroundServer(create_app(TranslationService(translator, "tiny", TranslateLimits()))) as url:
         yield url
 
 
@@ -186,12 +186,12 @@ def test_step_through_and_force_a_candidate(browser, page_url: str, translator: 
 
 
 def test_the_page_opens_with_the_runs_example_translated(browser, tiny_run: Path, translator: Translator) -> None:
-    from transformer_mt.server.service import example_sentence
+    from transformer_mt.server.translation_service import example_sentence
 
-    example = example_sentence(tiny_run, Limits().max_chars)
+    example = example_sentence(tiny_run, TranslateLimits().max_chars)
     assert example, "the tiny run has validation text"
     expected = translator.translate([example])[0]
-    with BackgroundServer(create_app(TranslationService(translator, "tiny", Limits(), example))) as url:
+    with BackgroundServer(create_app(TranslationService(translator, "tiny", TranslateLimits(), example))) as url:
         browser.get(url + "/")
         wait = waiting(browser)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#output .translation"))  # nothing clicked

@@ -1,4 +1,4 @@
-"""train.budget_minutes (training/budget.py): a run paced by its elapsed time, on a clock
+"""train.budget_minutes (training/plan.py): a run paced by its elapsed time, on a clock
 the test controls (one second each time it is read), so every number below follows from the
 budget alone: the learning rate, validation and snapshot points, the last step, a resume."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from conftest import tiny_config
 from transformer_mt.cli import main
-from transformer_mt.runs import list_checkpoints, list_snapshots, load_checkpoint
+from transformer_mt.runs.directory import list_checkpoints, list_snapshots, load_checkpoint
 from transformer_mt.training import fit
-from transformer_mt.training.budget import Budget, BudgetTooShort
+from transformer_mt.training.plan import Budget, BudgetTooShort
 from transformer_mt.training.plan import TrainState
 
 from run_helpers import assert_same_state, resume_from

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.runs import RunDir
-from transformer_mt.translator import Translator
+from transformer_mt.runs.directory import RunDir
+from transformer_mt.inference.translator import Translator
 
 
 def test_tiny_model_learns_to_copy(tiny_run: Path) -> None:

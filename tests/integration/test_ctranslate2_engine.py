@@ -15,9 +15,9 @@ import torch
 from transformer_mt.cli import main
 from transformer_mt.data.corpus import read_parallel
 from transformer_mt.data.specials import PAD_ID
-from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir, load_run_model, save_weights
-from transformer_mt.translator import Translator
+from transformer_mt.common.errors import UserError
+from transformer_mt.runs.directory import RunDir, load_run_model, save_weights
+from transformer_mt.inference.translator import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transformer-mt[interop]')")
 from transformer_mt.interop.ctranslate2 import METADATA  # noqa: E402
@@ -130,12 +130,12 @@ def test_the_page_translates_with_it(run: Path, sources: list[str], tmp_path: Pa
     """The server's /api/translate searches as translate does: through CTranslate2 where auto allows."""
     from fastapi.testclient import TestClient
 
-    from transformer_mt.server import Limits, create_app
+    from transformer_mt.server import TranslateLimits, create_app
     from transformer_mt.server.app import load_service
 
     served = tmp_path / "served"
     shutil.copytree(run, served, ignore=shutil.ignore_patterns("ctranslate2"))
-    service = load_service(served, "cpu", "best", Limits(max_chars=200, max_sentences=4, max_beam=4), "float32", 20)
+    service = load_service(served, "cpu", "best", TranslateLimits(max_chars=200, max_sentences=4, max_beam=4), "float32", 20)
     response = TestClient(create_app(service)).post("/api/translate", json={"text": "\n".join(sources[:4]), "beam": 1})
     assert response.status_code == 200
     assert response.json()["translations"] == [h.text for h in searched(run, "torch", sources[:4], beam=1)]

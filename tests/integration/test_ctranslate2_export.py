@@ -24,12 +24,12 @@ from torch import nn
 from conftest import tiny_config
 from transformer_mt.cli import main
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 from transformer_mt.model import build_model
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.runs import RunDir, load_run_model, save_weights
+from transformer_mt.runs.directory import RunDir, load_run_model, save_weights
 from transformer_mt.training import fit
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason="ctranslate2 is not installed (pip install 'transformer-mt[interop]')")
@@ -238,7 +238,7 @@ def test_unsupported_models_are_refused(exported: dict[str, Exported], monkeypat
 
 
 def test_the_core_package_does_not_import_ctranslate2() -> None:
-    code = ("import sys; from transformer_mt.cli import build_parser; import transformer_mt.translator; "
+    code = ("import sys; from transformer_mt.cli import build_parser; import transformer_mt.inference.translator; "
             "build_parser(); print('ctranslate2' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_mt.config import Config, load_config
+from transformer_mt.common.config import Config, load_config
 from transformer_mt.data.batching import Batch, BatchStream
 from transformer_mt.data.specials import PAD_ID
 from transformer_mt.model.masks import padding_mask

@@ -43,7 +43,7 @@ def test_the_best_thread_count_is_per_system_and_never_a_flagged_row() -> None:
 def test_ours_bf16_runs_by_default_only_where_the_cpu_has_native_bf16(native_bf16: bool, monkeypatch) -> None:
     import torch
 
-    from transformer_mt import device
+    from transformer_mt.common import device
 
     monkeypatch.setattr(device, "has_fast_bf16", lambda _: native_bf16)
     systems = bench.default_systems(torch.device("cpu"))

@@ -41,15 +41,15 @@ def test_a_preset_before_training_checks_its_initial_weights(capsys) -> None:
 def test_the_page_shows_the_doctors_report(tiny_run: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from transformer_mt.server import Limits, TranslationService, create_app
-    from transformer_mt.translator import Translator
+    from transformer_mt.server import TranslateLimits, TranslationService, create_app
+    from transformer_mt.inference.translator import Translator
 
     translator = Translator.from_run(tiny_run, device="cpu")
-    served = TestClient(create_app(TranslationService(translator, "tiny", Limits(), run=tiny_run)))
+    served = TestClient(create_app(TranslationService(translator, "tiny", TranslateLimits(), run=tiny_run)))
     report = served.get("/api/doctor").json()
     assert sorted(ids(report) + report["checked"] + list(report["not_checked"])) == sorted(CHECKS)
     assert 'id="doctor-panel"' in served.get("/").text
-    alone = TestClient(create_app(TranslationService(translator, "tiny", Limits())))
+    alone = TestClient(create_app(TranslationService(translator, "tiny", TranslateLimits())))
     assert "transformer-mt doctor RUN" in alone.get("/api/doctor").json()["error"]
 
 

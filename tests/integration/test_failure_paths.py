@@ -14,9 +14,9 @@ import torch
 
 from conftest import tiny_config
 from transformer_mt.cli import main
-from transformer_mt.errors import TrainingDiverged, UserError
+from transformer_mt.common.errors import TrainingDiverged, UserError
 from transformer_mt.model.transformer import build_model
-from transformer_mt.runs import RunDir, list_checkpoints, load_checkpoint, save_checkpoint, save_weights
+from transformer_mt.runs.directory import RunDir, list_checkpoints, load_checkpoint, save_checkpoint, save_weights
 from transformer_mt.training import fit
 from transformer_mt.training.trainer import Trainer
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from transformer_mt.cli import main
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.runs import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model
 
 
 def reversal_corpus(folder: Path, n: int, seed: int) -> list[str]:

@@ -18,10 +18,10 @@ tokenizers = pytest.importorskip("tokenizers")
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast  # noqa: E402
 
 from transformer_mt.cli import main  # noqa: E402
-from transformer_mt.data.gpt2_tokenizer import ByteLevelBPETokenizer  # noqa: E402
+from transformer_mt.data.tokenizers.gpt2 import ByteLevelBPETokenizer  # noqa: E402
 from transformer_mt.decoding.sampling import generate  # noqa: E402
 from transformer_mt.model.language_model import DecoderOnly  # noqa: E402
-from transformer_mt.runs import RunDir, load_run_model  # noqa: E402
+from transformer_mt.runs.directory import RunDir, load_run_model  # noqa: E402
 
 END = "<|endoftext|>"
 CORPUS = ["the cat sees a dog", "a small red house near the tree", "Hello world, hello World!",

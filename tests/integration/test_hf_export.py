@@ -22,8 +22,8 @@ from conftest import tiny_config  # noqa: E402
 from transformer_mt.cli import main  # noqa: E402
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from transformer_mt.model.transformer import build_model  # noqa: E402
-from transformer_mt.runs import RunDir, load_run_model, save_weights  # noqa: E402
-from transformer_mt.translator import Translator  # noqa: E402
+from transformer_mt.runs.directory import RunDir, load_run_model, save_weights  # noqa: E402
+from transformer_mt.inference.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 

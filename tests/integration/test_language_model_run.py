@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from transformer_mt.cli import main
-from transformer_mt.config import load_config
+from transformer_mt.common.config import load_config
 from transformer_mt.data.text_stream import open_text
-from transformer_mt.runs import read_events
+from transformer_mt.runs.directory import read_events
 from transformer_mt.training import fit
 
 from run_helpers import assert_same_state, fit_on_one_thread, max_difference, resume_from, torchrun
@@ -87,7 +87,7 @@ def test_bad_generation_settings_get_one_line(trained: Path, capsys: pytest.Capt
 def test_a_cap_on_the_length_is_stated(trained: Path, capsys: pytest.CaptureFixture) -> None:
     """--max-new-tokens beyond the model's positions: one warning line with the real
     bound, and the text is what that bound gives."""
-    from transformer_mt.generation import LanguageModel
+    from transformer_mt.inference.language_model import LanguageModel
 
     assert main(["generate", str(trained), "--prompt", "seven", "--prompt", "one", "--max-new-tokens", "100000000",
                  "--device", "cpu"]) == 0
@@ -107,7 +107,7 @@ def test_a_run_trained_here_continues_prompts_after_end_of_text(trained: Path, c
     """Its training stream puts end-of-text before every line: prompts are fed after it
     (an imported GPT-2 is fed the prompt alone: test_gpt2_import.py), and generate says so."""
     from transformer_mt.decoding.sampling import generate
-    from transformer_mt.generation import LanguageModel
+    from transformer_mt.inference.language_model import LanguageModel
 
     lm = LanguageModel.from_run(trained, device="cpu")
     assert lm.after_end_of_text and lm.prefix == [lm.eot]
@@ -213,7 +213,7 @@ def test_a_budget_paces_a_language_model_too(tmp_path: Path) -> None:
 def test_perplexity_is_the_exponential_of_the_mean_next_token_loss(trained: Path) -> None:
     """LanguageModel.perplexity of a short text equals exp of the cross entropy of every next
     token, computed here in one forward pass over [eot, line 1, eot, line 2, eot]."""
-    from transformer_mt.generation import LanguageModel
+    from transformer_mt.inference.language_model import LanguageModel
 
     lm = LanguageModel.from_run(trained, device="cpu")
     lines = ["four hundred = 400", "twelve = 12"]

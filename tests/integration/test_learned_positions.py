@@ -14,9 +14,9 @@ import torch
 from conftest import tiny_config
 from transformer_mt.cli import main
 from transformer_mt.model import build_model
-from transformer_mt.runs import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model
 from transformer_mt.training import fit
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 STEPS = 150
 SOURCES = ["w4 w3", "w1 w9 w2 w5 w0 w8", "w6 w6 w6", "w2 w4 w1 w0 w9 w9 w7 w3 w5"]

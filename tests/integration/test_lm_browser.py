@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from transformer_mt.generation import LanguageModel
+from transformer_mt.inference.language_model import LanguageModel
 from transformer_mt.server import LanguageModelService, create_app
 from transformer_mt.server.background import BackgroundServer
 

@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 
 from transformer_mt.cli import build_parser, main
 from transformer_mt.decoding.sampling import generate
-from transformer_mt.errors import UserError
-from transformer_mt.generation import LanguageModel
-from transformer_mt.server import GenerateLimits, LanguageModelService, Limits, create_app
+from transformer_mt.common.errors import UserError
+from transformer_mt.inference.language_model import LanguageModel
+from transformer_mt.server import GenerateLimits, LanguageModelService, TranslateLimits, create_app
 from transformer_mt.server.app import load_service
-from transformer_mt.server.lm_service import CANDIDATES, TEMPERATURES, example_prompt
+from transformer_mt.server.language_model_service import CANDIDATES, TEMPERATURES, example_prompt
 
 PROMPTS = ["eight thousand nine hundred", "seven", "one hundred and twelve ="]
 
@@ -180,14 +180,14 @@ def test_the_page_opens_its_generate_view(client: TestClient) -> None:
 
 
 def test_serve_loads_the_service_of_the_runs_kind(lm_run: Path) -> None:
-    service = load_service(lm_run, "cpu", "best", Limits(max_chars=300), "float32", 64)
+    service = load_service(lm_run, "cpu", "best", TranslateLimits(max_chars=300), "float32", 64)
     assert isinstance(service, LanguageModelService)
     assert service.limits == GenerateLimits(300, 64) and service.name == lm_run.name
     assert service.example == example_prompt(lm_run, 300)
     first = (lm_run / "data" / "valid.txt").read_text(encoding="utf-8").splitlines()[0].split()
     assert service.example == " ".join(first[:-1])
     with pytest.raises(UserError, match="float32 only"):
-        load_service(lm_run, "cpu", "best", Limits(), "int8", 64)
+        load_service(lm_run, "cpu", "best", TranslateLimits(), "int8", 64)
 
 
 def test_serve_command_line_on_a_language_model(lm_run: Path, capsys: pytest.CaptureFixture) -> None:

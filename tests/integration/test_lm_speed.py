@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from benchmark_loader import BENCHMARKS
-from transformer_mt.device import has_fast_bf16
+from transformer_mt.common.device import has_fast_bf16
 
 pytest.importorskip("transformers", reason="the Hugging Face side needs transformers (the interop extra)")
 

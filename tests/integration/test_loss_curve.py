@@ -34,7 +34,7 @@ OVERRIDES = ["--train.max_steps=60", "--train.valid_every=20", "--train.log_ever
 
 def tiny_curve(run: Path) -> dict:
     """Train the tiny preset with OVERRIDES into `run`; its (step, loss, lr) and (step, valid_loss, bleu)."""
-    from transformer_mt.config import load_config
+    from transformer_mt.common.config import load_config
     from transformer_mt.training import fit
 
     fit(load_config("tiny", OVERRIDES), run, progress=False)

@@ -21,14 +21,14 @@ from transformers import MarianTokenizer as HFMarianTokenizer  # noqa: E402
 from test_finetune import digest, loss_on  # noqa: E402  (the measures the fine-tuning of ordinary runs uses)
 
 from transformer_mt.cli import main  # noqa: E402
-from transformer_mt.data.marian_tokenizer import MarianTokenizer  # noqa: E402
+from transformer_mt.data.tokenizers.marian import MarianTokenizer  # noqa: E402
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from transformer_mt.interop.marian import import_marian  # noqa: E402
 from transformer_mt.model.embeddings import sinusoidal_encoding  # noqa: E402
 from transformer_mt.model.masks import padding_mask  # noqa: E402
 from transformer_mt.model.transformer import NEVER_LOGIT  # noqa: E402
-from transformer_mt.runs import RunDir, load_run_model  # noqa: E402
-from transformer_mt.translator import Translator  # noqa: E402
+from transformer_mt.runs.directory import RunDir, load_run_model  # noqa: E402
+from transformer_mt.inference.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 
@@ -370,7 +370,7 @@ def test_a_model_name_offline_says_how_to_fetch_it(tmp_path: Path, monkeypatch, 
 def test_every_feature_works_on_the_imported_run(marian, tmp_path: Path, capsys) -> None:
     from fastapi.testclient import TestClient
 
-    from transformer_mt.server import Limits, TranslationService, create_app
+    from transformer_mt.server import TranslateLimits, TranslationService, create_app
 
     _, _, run = marian
     (tmp_path / "src").write_text("the cat sees a dog\nnear the house\n")
@@ -388,7 +388,7 @@ def test_every_feature_works_on_the_imported_run(marian, tmp_path: Path, capsys)
     assert {"memorization", "undertrained"} <= set(report["not_checked"])
     assert "unknown_words" in report["checked"] + [f["id"] for f in report["findings"]]
     translator = Translator.from_run(run, device="cpu")
-    client = TestClient(create_app(TranslationService(translator, "marian", Limits(max_chars=300))))
+    client = TestClient(create_app(TranslationService(translator, "marian", TranslateLimits(max_chars=300))))
     body = client.post("/api/translate", json={"text": "the cat sees a dog", "beam": 2, "attention": True}).json()
     steps = client.post("/api/steps", json={"text": "the cat sees a dog", "beam": 2}).json()
     assert steps["translation"] == body["translations"][0]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from transformer_mt.config import load_config
-from transformer_mt.runs import list_checkpoints, load_checkpoint
+from transformer_mt.common.config import load_config
+from transformer_mt.runs.directory import list_checkpoints, load_checkpoint
 from transformer_mt.training import fit
 
 STEPS, EVERY = 20, 10  # killed once step 10 is saved, before step 20
@@ -65,7 +65,7 @@ def test_killed_run_resumes_bit_identically(tmp_path: Path) -> None:
 WRITER = """
 import sys, torch
 from pathlib import Path
-from transformer_mt.runs import save_checkpoint
+from transformer_mt.runs.directory import save_checkpoint
 state = {"w": torch.randn(4_000_000)}
 for step in range(1000):
     save_checkpoint(state, Path(sys.argv[1]) / f"step_{step}.pt")

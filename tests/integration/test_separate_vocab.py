@@ -10,14 +10,14 @@ import torch
 from conftest import tiny_config
 
 from transformer_mt.cli import main
-from transformer_mt.config import ConfigError
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from transformer_mt.errors import UserError
+from transformer_mt.common.config import ConfigError
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
+from transformer_mt.common.errors import UserError
 from transformer_mt.interop.ctranslate2 import export_ctranslate2
 from transformer_mt.interop.huggingface import export_hf
-from transformer_mt.runs import RunDir
+from transformer_mt.runs.directory import RunDir
 from transformer_mt.training import fit
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 from run_helpers import assert_same_state, resume_from
 

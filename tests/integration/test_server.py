@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from transformer_mt.cli import build_parser, main
-from transformer_mt.server import Limits, TranslationService, create_app
+from transformer_mt.server import TranslateLimits, TranslationService, create_app
 from transformer_mt.server.background import BackgroundServer
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 SENTENCES = ["w1 w2 w3", "w4 w4 w5 w6", "w7 w1", "w9 w8 w7 w6 w5"]
 
@@ -26,7 +26,7 @@ def translator(tiny_run: Path) -> Translator:
 
 @pytest.fixture(scope="module")
 def service(translator: Translator) -> TranslationService:
-    return TranslationService(translator, "tiny", Limits(max_chars=200, max_sentences=4, max_beam=4))
+    return TranslationService(translator, "tiny", TranslateLimits(max_chars=200, max_sentences=4, max_beam=4))
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +214,7 @@ def test_concurrent_requests_with_mixed_beams_get_exactly_their_own(tiny_run: Pa
     differing = [i for i in range(len(lines)) if greedy[i] != beam5[i]]
     assert len(differing) >= 3, "no sentence where beam 1 and beam 5 disagree: the test could not fail"
     expected = {1: greedy, 5: beam5, None: beam5}
-    service = TranslationService(translator, "tiny", Limits(max_chars=2000, max_sentences=8, max_beam=8))
+    service = TranslationService(translator, "tiny", TranslateLimits(max_chars=2000, max_sentences=8, max_beam=8))
     asks = [(beam, differing[k % len(differing)]) for k in range(90) for beam in ((1, 5, None)[k % 3],)]
 
     def ask(item: tuple[int | None, int]) -> tuple[int | None, int, str, int]:
@@ -260,19 +260,19 @@ def first_line_with_text(path: Path, max_chars: int = 10_000) -> str:
 
 
 def test_the_page_opens_on_the_runs_first_validation_sentence(tiny_run: Path, translator: Translator) -> None:
-    from transformer_mt.server.service import example_sentence
+    from transformer_mt.server.translation_service import example_sentence
 
     example = example_sentence(tiny_run, 200)
     assert example == first_line_with_text(tiny_run / "data" / "valid.src")
-    client = TestClient(create_app(TranslationService(translator, "tiny", Limits(), example)))
+    client = TestClient(create_app(TranslationService(translator, "tiny", TranslateLimits(), example)))
     assert client.get("/api/health").json()["example"] == example
     script = client.get("/static/app.js").text
     assert "info.example" in script
 
 
 def test_the_example_comes_from_the_configs_files_and_fits_the_limit(tmp_path: Path) -> None:
-    from transformer_mt.config import config_yaml, load_config
-    from transformer_mt.server.service import example_sentence
+    from transformer_mt.common.config import config_yaml, load_config
+    from transformer_mt.server.translation_service import example_sentence
 
     valid = tmp_path / "valid.en"
     valid.write_text("\n   \nthis line is rather long for the limit\nshort one\n", encoding="utf-8")

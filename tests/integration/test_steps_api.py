@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from transformer_mt.server import Limits, TranslationService, create_app
-from transformer_mt.translator import Translator
+from transformer_mt.server import TranslateLimits, TranslationService, create_app
+from transformer_mt.inference.translator import Translator
 
 
 @pytest.fixture(scope="module")
 def client(tiny_run: Path) -> TestClient:
     translator = Translator.from_run(tiny_run, device="cpu")
-    return TestClient(create_app(TranslationService(translator, "tiny", Limits(max_chars=300))))
+    return TestClient(create_app(TranslationService(translator, "tiny", TranslateLimits(max_chars=300))))
 
 
 def sentences(n: int, seed: int) -> list[str]:

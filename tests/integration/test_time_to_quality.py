@@ -46,7 +46,7 @@ def test_a_recipe_is_what_is_trained_not_how_it_was_spelled() -> None:
     """A run recorded with overrides is a run of the preset once the preset says the same
     (the search's winner becomes the preset); data files and the budget are not the recipe."""
     ttq = load_benchmark("time_to_quality")
-    from transformer_mt.config import load_config
+    from transformer_mt.common.config import load_config
 
     today = ttq.recipe("multi30k_en_de", [])
     dropout = load_config("multi30k_en_de").model.dropout
@@ -73,7 +73,7 @@ def test_the_committed_results_hold_runs_of_the_presets_as_they_are() -> None:
     presets: each preset's fingerprint matches recorded hours, and with dropout 0.2 recorded
     half hours. A key outside FINGERPRINTED (added since the records began) at its default
     leaves the fingerprint as it was; set otherwise, it is another recipe."""
-    from transformer_mt.config import Config
+    from transformer_mt.common.config import Config
 
     ttq = load_benchmark("time_to_quality")
     records = committed_records(ttq)
@@ -181,7 +181,7 @@ def test_a_run_with_another_seed_is_a_run_of_the_recipe() -> None:
 def test_a_variant_that_is_the_recipe_itself_is_listed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A variant that overrides a key to the preset's own value trains the preset's recipe:
     its runs are listed once, as the recipe's, and another variant's under its label."""
-    from transformer_mt.config import load_config
+    from transformer_mt.common.config import load_config
 
     ttq = load_benchmark("time_to_quality")
     own = load_config("multi30k_en_de").model.dropout
@@ -200,7 +200,7 @@ def test_a_run_folder_is_named_by_what_it_trains(tmp_path: Path) -> None:
     """A run left by an earlier version of a preset is not resumed as the preset of today
     (it would be recorded under today's recipe); the same config spelled otherwise is the
     same run; --again puts a new run beside it."""
-    from transformer_mt.config import load_config
+    from transformer_mt.common.config import load_config
 
     ttq = load_benchmark("time_to_quality")
     shipped = Path(ttq.__file__).resolve().parents[1] / "src" / "transformer_mt" / "configs" / "multi30k_en_de.yaml"

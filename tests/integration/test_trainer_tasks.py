@@ -13,9 +13,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from transformer_mt.config import Config, TrainConfig
-from transformer_mt.runs import RunDir, list_checkpoints, list_snapshots, load_checkpoint
-from transformer_mt.training.hooks import Averaging, PreferAverage
+from transformer_mt.common.config import Config, TrainConfig
+from transformer_mt.runs.directory import RunDir, list_checkpoints, list_snapshots, load_checkpoint
 from transformer_mt.training.loss import LabelSmoothingLoss
 from transformer_mt.training.task import Selection
 from transformer_mt.training.plan import StepPlan
@@ -94,19 +93,21 @@ class SuccessorTask:
         return "successor task"
 
 
-def trainer_of(run: Path, steps: int, hooks=(), valid_every: int = 5) -> Trainer:
+def trainer_of(run: Path, steps: int, average_last: int = 0, valid_every: int = 5,
+               kind: type[Trainer] = Trainer) -> Trainer:
     """A Trainer of the successor task, `steps` steps at a constant rate, validating (and
-    keeping a snapshot for averaging) every `valid_every` steps."""
+    keeping a snapshot for averaging the last `average_last`) every `valid_every` steps."""
     train = TrainConfig(schedule="constant", lr=0.05, max_steps=steps, valid_every=valid_every, log_every=5,
-                        precision="fp32", keep_last=50)
+                        precision="fp32", keep_last=50, average_last=average_last)
     cfg, task = Config(train=train), SuccessorTask()
     context = RunContext(cfg, RunDir(run), task, task.build_model(), torch.device("cpu"))
-    return Trainer(context, StepPlan.of(cfg.train, cfg.model.d_model), hooks, progress=False)
+    return kind(context, StepPlan.of(cfg.train, cfg.model.d_model), progress=False)
 
 
-def train(run: Path, steps: int, hooks=(), valid_every: int = 5) -> Trainer:
+def train(run: Path, steps: int, average_last: int = 0, valid_every: int = 5,
+          kind: type[Trainer] = Trainer) -> Trainer:
     seed_everything(1)
-    trainer = trainer_of(run, steps, hooks, valid_every)
+    trainer = trainer_of(run, steps, average_last, valid_every, kind)
     trainer.resume()
     trainer.train()
     return trainer
@@ -130,9 +131,9 @@ def test_the_second_task_resumes_exactly(tmp_path: Path) -> None:
         assert torch.equal(value, resumed.model.state_dict()[key]), key
 
 
-def test_averaging_hook_averages_the_last_snapshots(tmp_path: Path) -> None:
+def test_averaging_averages_the_last_snapshots(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(run, 23, hooks=[Averaging(RunDir(run), last=3)], valid_every=4)
+    train(run, 23, average_last=3, valid_every=4)
     snapshots = list_snapshots(run / "snapshots")
     assert [p.name for p in snapshots] == ["step_16.safetensors", "step_20.safetensors", "step_23.safetensors"]
     final = load_checkpoint(run / "checkpoints" / "step_23.pt")["model"]
@@ -146,19 +147,14 @@ def test_averaging_hook_averages_the_last_snapshots(tmp_path: Path) -> None:
 
 def test_a_resume_drops_snapshots_of_steps_taken_again(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    train(run, 10, hooks=[Averaging(RunDir(run), last=5)], valid_every=2)
+    train(run, 10, average_last=5, valid_every=2)
     for step in (6, 8, 10):  # as if killed after the snapshots of steps 6-10 but before their checkpoints
         (run / "checkpoints" / f"step_{step}.pt").unlink()
-    trainer = trainer_of(run, 10, [Averaging(RunDir(run), last=5)], valid_every=2)
+    trainer = trainer_of(run, 10, average_last=5, valid_every=2)
     assert trainer.resume() and trainer.state.step == 4
     assert [p.name for p in list_snapshots(run / "snapshots")] == ["step_2.safetensors", "step_4.safetensors"]
     trainer.train()
     assert [p.name for p in list_snapshots(run / "snapshots")] == [f"step_{s}.safetensors" for s in (2, 4, 6, 8, 10)]
-
-
-def test_averaging_needs_positive_sizes(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="last >= 1"):
-        Averaging(RunDir(tmp_path), last=0)
 
 
 def test_training_with_average_last_writes_the_average_the_command_rewrites(tmp_path: Path) -> None:
@@ -182,16 +178,16 @@ def test_training_with_average_last_writes_the_average_the_command_rewrites(tmp_
 @pytest.mark.parametrize("best_so_far,average_wins", [(-1.0, True), (2.0, False)])
 def test_the_average_becomes_the_default_model_only_if_it_wins(tmp_path: Path, best_so_far: float,
                                                              average_wins: bool) -> None:
-    """PreferAverage validates average.safetensors at the end: against a best checkpoint it
-    beats (accuracy -1) it becomes best.safetensors; against one it cannot beat (2), not."""
+    """Trainer.prefer_average validates average.safetensors at the end: against a best checkpoint
+    it beats (accuracy -1) it becomes best.safetensors; against one it cannot beat (2), not."""
     run = tmp_path / "run"
 
-    class Unbeaten(PreferAverage):
-        def at_end(self, trainer: Trainer) -> None:
-            trainer.state.best = best_so_far
-            super().at_end(trainer)
+    class Unbeaten(Trainer):
+        def prefer_average(self) -> None:
+            self.state.best = best_so_far
+            super().prefer_average()
 
-    train(run, 12, hooks=[Averaging(RunDir(run), last=2), Unbeaten(RunDir(run))], valid_every=4)
+    train(run, 12, average_last=2, valid_every=4, kind=Unbeaten)
     best, average = load_file(run / "best.safetensors"), load_file(run / "average.safetensors")
     same = all(torch.equal(best[k], average[k]) for k in average)
     assert same == average_wins

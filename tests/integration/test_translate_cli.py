@@ -14,9 +14,9 @@ import torch
 from conftest import tiny_config
 
 from transformer_mt.cli import main
-from transformer_mt.device import has_fast_bf16
+from transformer_mt.common.device import has_fast_bf16
 from transformer_mt.training import fit
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 LINES = ["w4 w3", "w7 w1 w9 w2", "", "w10 w5"]
 

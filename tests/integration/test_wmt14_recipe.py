@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from transformer_mt.cli import main
-from transformer_mt.config import load_config
+from transformer_mt.common.config import load_config
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -64,7 +64,7 @@ def test_ranks_share_an_epoch_without_overlap() -> None:
 
 def test_multi30k_padding_under_ten_percent(multi30k, tmp_path) -> None:
     from transformer_mt.data.corpus import read_parallel
-    from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+    from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 
     corpus = read_parallel(multi30k / "train.en.gz", multi30k / "train.de.gz")
     tokenizer = SentencePieceTokenizer.train(corpus.src + corpus.tgt, tmp_path / "sp.model", vocab_size=8000)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode
-from transformer_mt.device import has_fast_bf16
+from transformer_mt.common.device import has_fast_bf16
 from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model

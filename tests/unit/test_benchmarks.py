@@ -29,7 +29,7 @@ def test_train_speed_steps_both_models_at_the_same_small_learning_rate(impl: str
     that way, our model's logits blew up within steps and made its loss several times slower."""
     import torch
 
-    from transformer_mt.config import load_config, replace
+    from transformer_mt.common.config import load_config, replace
 
     bench = load_benchmark("train_speed")
     full = load_config("small")

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import runpy
+import typing
 import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 
-from transformer_mt.config import (CONFIG_DIR, SECTIONS, TASK_NAMES, Config, ConfigError, load_config, options_markdown,
-                                   parse_yaml)
+from transformer_mt.common.config import (CONFIG_DIR, SECTIONS, TASK_NAMES, Config, ConfigError, config_yaml, load_config,
+                                   options_markdown, parse_yaml)
 from transformer_mt.data.toy_corpora import TOY_CORPORA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,9 +22,26 @@ PRESETS = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
 @pytest.mark.parametrize("name", PRESETS)
-def test_every_preset_loads(name: str) -> None:
+def test_every_preset_loads(name: str, tmp_path: Path) -> None:
+    """A preset loads as the defaults with exactly the values its file sets (read here with
+    plain yaml.safe_load: no key dropped, renamed or altered on the way, each of its field's
+    type), and the config.yaml a run saves of it loads back to the same config."""
+    raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text(encoding="utf-8")) or {}
     cfg = load_config(name)
-    assert cfg.model.d_model % cfg.model.n_heads == 0
+    assert set(raw) <= set(SECTIONS)
+    for section, cls in SECTIONS.items():
+        given, loaded, hints = raw.get(section) or {}, getattr(cfg, section), typing.get_type_hints(cls)
+        assert set(given) <= {f.name for f in dataclasses.fields(cls)}, f"{name}.yaml: {section}: {sorted(given)}"
+        for field in dataclasses.fields(cls):
+            key, value = f"{section}.{field.name}", getattr(loaded, field.name)
+            expected = given.get(field.name, field.default)
+            if typing.get_origin(hints[field.name]) is tuple:
+                assert isinstance(value, tuple) and value == tuple(expected), key
+            else:
+                assert type(value) is hints[field.name] and value == expected, f"{key}: {value!r} != {expected!r}"
+    saved = tmp_path / "config.yaml"
+    saved.write_text(config_yaml(cfg), encoding="utf-8")
+    assert load_config(saved) == cfg
 
 
 def test_paper_presets() -> None:
@@ -36,7 +55,7 @@ def test_paper_presets() -> None:
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_a_preset_holds_only_keys_that_differ_from_the_defaults(name: str) -> None:
-    """The defaults and their documentation live in config.py; a preset says what it changes."""
+    """The defaults and their documentation live in common/config.py; a preset says what it changes."""
     raw = parse_yaml((CONFIG_DIR / f"{name}.yaml").read_text(encoding="utf-8"), name)
     defaults = Config().to_dict()
     restated = [f"{section}.{key}" for section, values in raw.items() for key, value in values.items()
@@ -54,13 +73,13 @@ def test_every_option_has_help_and_the_reference_page_is_generated_from_it() -> 
     assert "| `train.adam_betas` | list of 2 floats | `[0.9, 0.98]` | Adam's beta1 and beta2 (section 5.3). |" in page
     assert "| `model.norm_first` | bool | `true` |" in page and "| `data.task` | text | `\"\"` |" in page
     assert (ROOT / "docs" / "options.md").read_text(encoding="utf-8") == page, \
-        "docs/options.md is out of date: python -m transformer_mt.config > docs/options.md"
+        "docs/options.md is out of date: python -m transformer_mt.common.config > docs/options.md"
 
 
 def test_python_m_transformer_mt_config_prints_the_reference_page(capsys: pytest.CaptureFixture) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # config is imported already: runpy runs it again
-        runpy.run_module("transformer_mt.config", run_name="__main__")
+        runpy.run_module("transformer_mt.common.config", run_name="__main__")
     assert capsys.readouterr().out == options_markdown()
 
 
@@ -194,7 +213,7 @@ def test_task_names_are_the_built_in_tasks() -> None:
 
 
 def test_config_imports_nothing_of_the_package() -> None:
-    source = (Path(__file__).resolve().parents[2] / "src" / "transformer_mt" / "config.py").read_text()
+    source = (Path(__file__).resolve().parents[2] / "src" / "transformer_mt" / "common" / "config.py").read_text()
     assert "from transformer_mt" not in source and "import transformer_mt" not in source
 
 
@@ -211,7 +230,7 @@ def test_schedule_and_averaging_keys_are_checked(override: str, message: str) ->
 
 
 def test_shape_keys_are_the_model_fields_but_the_dropouts_and_the_embedding_init() -> None:
-    from transformer_mt.config import ModelConfig
+    from transformer_mt.common.config import ModelConfig
 
     keys = ModelConfig.shape_keys()
     assert not {"dropout", "attention_dropout", "activation_dropout", "embedding_init"} & set(keys)
@@ -231,7 +250,7 @@ def test_decoder_layers_is_refused_for_a_language_model() -> None:
 def test_a_run_config_with_a_retired_key_loads_and_a_new_config_is_told_what_replaced_it(tmp_path: Path) -> None:
     """config.yaml of a run made when train.average_every existed: a run's own loads (the key
     left out); a config that sets it to its former default loads too; another value is refused."""
-    from transformer_mt.config import config_yaml
+    from transformer_mt.common.config import config_yaml
 
     text = config_yaml(load_config("tiny")).replace("train:\n", "train:\n  average_every: 4\n", 1)
     path = tmp_path / "config.yaml"

@@ -10,14 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.decoding.source import encode_source
 from transformer_mt.decoding.step import DecoderStep
 from transformer_mt.model.recording import ablate_heads, record_attention
 from transformer_mt.model.transformer import EncoderDecoder, build_model
-from transformer_mt.quantize import prepare_model
+from transformer_mt.runs.quantize import prepare_model
 
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 40
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_mt.config import Config, DataConfig, ModelConfig, TrainConfig
-from transformer_mt.data.word_vocab_tokenizer import WordVocabTokenizer, build_vocabulary
-from transformer_mt.diagnosis import limits
+from transformer_mt.common.config import Config, DataConfig, ModelConfig, TrainConfig
+from transformer_mt.data.tokenizers.word_vocab import WordVocabTokenizer, build_vocabulary
+from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case, NotChecked
 from transformer_mt.diagnosis.metrics import memorization, schedule, undertrained
 from transformer_mt.diagnosis.outputs import length, repetition, source_ignored
@@ -24,8 +24,8 @@ from transformer_mt.diagnosis.report import CHECKS, diagnose
 from transformer_mt.diagnosis.text import truncation, unknown_words
 from transformer_mt.diagnosis.weights import cloned_init, embedding_scale, tied_scale
 from transformer_mt.model.transformer import build_model
-from transformer_mt.runs import RunDir
-from transformer_mt.translator import Hypothesis
+from transformer_mt.runs.directory import RunDir
+from transformer_mt.inference.translator import Hypothesis
 
 SOURCES = ["ein mann fährt rad", "eine frau liest", "zwei hunde spielen im park", "ein kind lacht"]
 REFERENCES = ["a man rides a bike", "a woman reads", "two dogs play in the park", "a child laughs"]
@@ -187,6 +187,6 @@ def test_every_check_is_run_once_and_reported_in_one_place() -> None:
     assert all(set(f) == {"id", "value", "limit", "message", "fix", "cost"} for f in report.to_dict()["findings"])
 
 
-def test_every_limit_states_its_reason() -> None:
-    found = [getattr(limits, name) for name in dir(limits) if isinstance(getattr(limits, name), limits.Limit)]
+def test_every_threshold_states_its_reason() -> None:
+    found = [getattr(thresholds, name) for name in dir(thresholds) if isinstance(getattr(thresholds, name), thresholds.Threshold)]
     assert len(found) >= 12 and all(len(limit.reason) > 40 for limit in found)

@@ -92,7 +92,7 @@ KEY = re.compile(r"`-{0,2}(model|data|train|decode)\.(\w+)")
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_config_key_a_page_names_is_an_option(page: str) -> None:
-    from transformer_mt.config import Config
+    from transformer_mt.common.config import Config
 
     sections = typing.get_type_hints(Config)
     options = {section: {field.name for field in dataclasses.fields(sections[section])} for section in sections}

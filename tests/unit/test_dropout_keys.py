@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_mt.config import ConfigError, ModelConfig, load_config
+from transformer_mt.common.config import ConfigError, ModelConfig, load_config
 from transformer_mt.model import build_model
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.layers import PositionwiseFeedForward

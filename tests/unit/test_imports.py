@@ -33,23 +33,20 @@ ROOT = "transformer_mt"
 
 # Bottom to top: a module imports only from its own layer and the layers below it.
 LAYERS = (
-    ("config",),  # typed configs: imports nothing of the package
-    ("errors", "files", "device", "evaluation", "tensor_checks", "paper_equations", ROOT),  # leaves
+    ("common", ROOT),  # leaves: typed configs (common.config imports nothing of the package), errors, files, ...
     ("model",),  # the paper, one component per class
     ("decoding",),  # greedy, beam, trace, sampling over a model
     ("data",),  # sources, corpora, tokenizers, prepared data, batches
-    ("runs", "quantize"),  # a run directory; int8 weights
+    ("runs",),  # a run directory and its weight files; int8 weights
     ("interop",),  # Marian and GPT-2 in; CTranslate2 and Hugging Face out
-    ("inspection",),  # a translation model's attention, equation 1
-    ("translator", "generation"),  # a run as a function
-    ("lm_inspection", "diagnosis"),  # a language model's next-token decision; the doctor
+    ("inference",),  # a run as a function (Translator, LanguageModel) and looked inside
+    ("diagnosis",),  # the doctor
     ("training", "server", "viz"),  # side by side: none imports another (the rules below)
     ("demo",),  # trains a run (training) and draws it (viz)
     ("cli", "__main__"),
 )
 # Inference and learner code never imports training (the demo trains, so it does).
-NEVER_TRAINING = ("translator", "generation", "inspection", "lm_inspection", "diagnosis", "server", "viz", "interop",
-                  "decoding")
+NEVER_TRAINING = ("inference", "diagnosis", "server", "viz", "interop", "decoding")
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -173,11 +170,11 @@ def test_the_graph_sees_imports_the_way_python_runs_them(tmp_path: Path) -> None
     (package / "viz").mkdir(parents=True)
     module = package / "viz" / "figure.py"
     module.write_text("from typing import TYPE_CHECKING\nfrom . import curves\nimport matplotlib.pyplot\n"
-                      "if TYPE_CHECKING:\n    from transformer_mt.runs import RunDir\n"
+                      "if TYPE_CHECKING:\n    from transformer_mt.runs.directory import RunDir\n"
                       "def draw():\n    from transformer_mt.training.loss import perplexity\n")
     found = imports_of(module, package)
     assert {"transformer_mt.viz.curves", "matplotlib.pyplot", "transformer_mt.training.loss"} <= found
-    assert not {m for m in found if m.startswith("transformer_mt.runs")}
+    assert not {m for m in found if m.startswith("transformer_mt.runs.directory")}
     assert "transformer_mt.training.loss" not in imports_of(module, package, lazy=False)
     assert ancestors("transformer_mt.training.loss") == ["transformer_mt.training"]
 
@@ -203,7 +200,7 @@ def test_every_import_goes_to_the_same_layer_or_below() -> None:
 
 
 def test_config_imports_nothing_of_the_package() -> None:
-    assert GRAPH["transformer_mt.config"] == set()
+    assert GRAPH["transformer_mt.common.config"] == set()
 
 
 def test_model_code_imports_no_data_or_training_code() -> None:
@@ -239,11 +236,11 @@ def test_training_and_the_views_import_each_other_not() -> None:
 
 def test_the_trainer_imports_neither_the_translator_nor_evaluation() -> None:
     """The loop's own imports (the training package's __init__, which offers `fit`, aside)."""
-    assert "transformer_mt.translator" in reachable(GRAPH, "transformer_mt.training.translation")  # the check sees
+    assert "transformer_mt.inference.translator" in reachable(GRAPH, "transformer_mt.training.translation")  # the check sees
     graph = {name: deps - {"transformer_mt.training"} for name, deps in GRAPH.items()}
-    for module in ("transformer_mt.training.trainer", "transformer_mt.training.hooks", "transformer_mt.training.task"):
+    for module in ("transformer_mt.training.trainer", "transformer_mt.training.plan", "transformer_mt.training.task"):
         found = reachable(graph, module)
-        assert not found & {"transformer_mt.translator", "transformer_mt.evaluation"}, module
+        assert not found & {"transformer_mt.inference.translator", "transformer_mt.common.evaluation"}, module
         assert not modules_of(found, "decoding"), module
 
 

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.layers import PositionwiseFeedForward
 from transformer_mt.model.transformer import build_model
@@ -168,7 +168,7 @@ def test_a_language_model_takes_model_init_too() -> None:
 def test_the_config_names_a_wrong_init_and_a_normal_embedding_under_pytorch() -> None:
     import pytest
 
-    from transformer_mt.config import ConfigError, load_config
+    from transformer_mt.common.config import ConfigError, load_config
 
     assert load_config("tiny", ["--model.init=pytorch"]).model.init == "pytorch"
     with pytest.raises(ConfigError, match=r"^--model.init=kaiming: must be one of xavier, pytorch, notes$"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.decoding.sampling import Sampling, generate, shaped_logits, top_k_filter, top_p_filter
 from transformer_mt.model.decoder import DecoderLayer
 from transformer_mt.model.language_model import build_any_model, build_language_model

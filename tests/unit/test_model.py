@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.model import build_model, padding_mask, target_mask
 from transformer_mt.model.transformer import EncoderDecoder
 

@@ -143,7 +143,7 @@ def test_every_plot_command_of_plots_md_parses() -> None:
 
 
 def test_attention_examples_on_the_demo_name_a_layer_it_has() -> None:
-    from transformer_mt.config import load_config
+    from transformer_mt.common.config import load_config
 
     model = load_config("demo").model
     layers = min(model.n_layers, model.decoder_layers or model.n_layers)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from transformer_mt.config import TrainConfig
-from transformer_mt.training.plan import Decision, StepPlan, TrainState
-from transformer_mt.training.schedule import ConstantSchedule, Progress
+from transformer_mt.common.config import TrainConfig
+from transformer_mt.training.plan import ConstantSchedule, Decision, Progress, StepPlan, TrainState
 
 
 def test_step_plan_validates_every_valid_every_and_stops_at_max_steps_or_max_seconds() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_mt import device as devices
+from transformer_mt.common import device as devices
 
 
 @pytest.mark.parametrize("fast,expected", [(True, "bf16"), (False, "fp32")])
@@ -58,8 +58,8 @@ def test_detection_agrees_with_the_cpu_flags() -> None:
 
 
 def test_a_device_name_torch_does_not_know_is_a_user_error() -> None:
-    from transformer_mt.device import resolve_device
-    from transformer_mt.errors import UserError
+    from transformer_mt.common.device import resolve_device
+    from transformer_mt.common.errors import UserError
 
     with pytest.raises(UserError, match="'gpu0' is not a device name; use auto, cpu, cuda or cuda:N"):
         resolve_device("gpu0")

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from transformer_mt.config import load_config, replace
+from transformer_mt.common.config import load_config, replace
 from transformer_mt.data import prepare as prep
 from transformer_mt.data.corpus import CorpusError
 from transformer_mt.data.corpus_files import CorpusPaths
-from transformer_mt.data.prepare import Limits, prepare_corpus
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.prepare import PairLimits, prepare_corpus
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 
 WORDS = "the a red dog cat runs over small big house green tree man woman sees".split()
 
@@ -50,7 +50,7 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0, gz: bool = False) -> C
     return CorpusPaths(train, (dump("valid.src", [s for s, _ in valid]), dump("valid.tgt", [t for _, t in valid])), None)
 
 
-def reference(paths: CorpusPaths, model: Path, limits: Limits) -> tuple[list, list, list, list]:
+def reference(paths: CorpusPaths, model: Path, limits: PairLimits) -> tuple[list, list, list, list]:
     """What the arrays must hold, computed line by line with sentencepiece directly."""
     sp = spm.SentencePieceProcessor(model_file=str(model))
 
@@ -78,7 +78,7 @@ def corpus(tmp_path: Path) -> tuple[CorpusPaths, Path]:
     return paths, tmp_path / "sp.model"
 
 
-LIMITS = Limits(max_len=40, max_ratio=2.0, truncate=30)
+LIMITS = PairLimits(max_len=40, max_ratio=2.0, truncate=30)
 
 
 def test_arrays_hold_the_encoded_filtered_pairs(corpus, tmp_path: Path, caplog) -> None:

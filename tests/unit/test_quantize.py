@@ -13,13 +13,13 @@ from torch import nn
 
 from conftest import tiny_config
 from transformer_mt.cli import main
-from transformer_mt.config import replace
-from transformer_mt import quantize
-from transformer_mt.errors import UserError
+from transformer_mt.common.config import replace
+from transformer_mt.runs import quantize
+from transformer_mt.common.errors import UserError
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
-from transformer_mt.quantize import DTYPES, Int8Linear, check_dtype, is_int8, prepare_model
-from transformer_mt.translator import Translator
+from transformer_mt.runs.quantize import DTYPES, Int8Linear, check_dtype, is_int8, prepare_model
+from transformer_mt.inference.translator import Translator
 
 LINES = ["w4 w3", "w7 w1 w9 w2 w5", "", "w10", "w2 w2 w8 w6", "w9 w1 w3 w3 w7 w2 w8"]
 VOCAB = 300

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.model.attention import MultiHeadAttention, attention
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.recording import ablate_heads, attention_modules, record_attention

@@ -8,10 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_mt.config import TrainConfig, load_config
-from transformer_mt.paper_equations import rate, smoothed_distribution
+from transformer_mt.common.config import TrainConfig, load_config
+from transformer_mt.common.paper_equations import rate, smoothed_distribution
 from transformer_mt.training.loss import LabelSmoothingLoss, SmoothedCrossEntropy
-from transformer_mt.training.schedule import ConstantSchedule, Progress, make_optimizer, make_schedule, set_lr
+from transformer_mt.training.plan import ConstantSchedule, Progress, make_schedule
+from transformer_mt.training.trainer import make_optimizer, set_lr
 
 
 def paper_rate(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
-from transformer_mt.config import ConfigError
+from transformer_mt.common.config import ConfigError
 from transformer_mt.data.batching import BatchStream
 from transformer_mt.training import fit
 

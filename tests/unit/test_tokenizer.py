@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.data.toy_corpora import numbers_corpus
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 
 TEXT = [line for pair in numbers_corpus(300, seed=2)["train"] for line in pair]
 
@@ -47,7 +47,7 @@ def test_a_file_that_is_not_a_model_is_named(tmp_path: Path) -> None:
 
 
 def test_one_vocabulary_encodes_both_sides_and_maps_pieces(tokenizer: SentencePieceTokenizer, tmp_path: Path) -> None:
-    from transformer_mt.data.tokenizers import load_tokenizer, tokenizer_files
+    from transformer_mt.data.tokenizers.registry import load_tokenizer, tokenizer_files
 
     lines = ["three hundred and twenty-one", "dreihunderteinundzwanzig"]
     assert tokenizer.encode_target(lines) == tokenizer.encode(lines)

@@ -12,9 +12,9 @@ import torch
 
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.decoding.trace import FINISHED, KEPT, PRUNED
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from transformer_mt.config import load_config
+from transformer_mt.common.config import load_config
 from transformer_mt.data.corpus_files import CorpusPaths
-from transformer_mt.data.prepare import Limits, open_prepared, prepare_corpus
+from transformer_mt.data.prepare import PairLimits, open_prepared, prepare_corpus
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
-from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir
+from transformer_mt.common.errors import UserError
+from transformer_mt.runs.directory import RunDir
 from transformer_mt.training import prepare_run
 
 WORDS = "the a red dog cat runs over small big house green tree man woman sees".split()
@@ -81,14 +81,14 @@ def test_changing_n_prepares_again_or_is_refused_once_training_started(subset_ru
     run, train = subset_run
     paths = CorpusPaths(train, None, None)
     sp = spm.SentencePieceProcessor(model_file=str(run.tokenizer_file))
-    limits = Limits(250, 3.0, 255, train_pairs=30)
+    limits = PairLimits(250, 3.0, 255, train_pairs=30)
     with pytest.raises(UserError, match=r"prepared with other settings.*new --run"):
         prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, limits, may_rebuild=False)
     data = prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, limits)
     assert data.train_src.tolist() == sp.encode(first_usable_lines(*train, 30)[0])
     with caplog.at_level(logging.WARNING, logger="transformer_mt"):
-        every = prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, Limits(250, 3.0, 255, train_pairs=500))
+        every = prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, PairLimits(250, 3.0, 255, train_pairs=500))
     assert len(every.train_src) == 49  # all 50 pairs but the one with an empty source
     assert "data.train_pairs is 500 but the corpus has only 49 usable pairs" in caplog.text
-    assert prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, Limits(250, 3.0, 255)).train_src.tolist() \
+    assert prepare_corpus(paths, run.tokenizer_file, len(sp), run.prepared, PairLimits(250, 3.0, 255)).train_src.tolist() \
         == every.train_src.tolist()  # 0 = all

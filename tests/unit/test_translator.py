@@ -12,11 +12,11 @@ import torch
 
 from conftest import TINY_RUN_STEPS
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
-from transformer_mt.device import has_fast_bf16
-from transformer_mt.errors import UserError
-from transformer_mt.evaluation import score
+from transformer_mt.common.device import has_fast_bf16
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.evaluation import score
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.translator import Hypothesis, Translator
+from transformer_mt.inference.translator import Hypothesis, Translator
 
 LINES = ["w4 w3", "w7 w1 w9 w2 w5", "", "w10", "w2 w2 w8 w6", "   ", "w9 w1"]
 

@@ -14,10 +14,10 @@ import torch
 
 from transformer_mt.cli import main
 from transformer_mt.data.specials import PAD_ID
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.recording import record_attention
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 from transformer_mt.viz import (
     DPI,
     KINDS,
@@ -166,7 +166,7 @@ def test_a_shallower_decoder_has_its_own_layers_in_every_view(shallow_decoder_ru
                                                               capsys: pytest.CaptureFixture) -> None:
     """Encoder attention has the encoder's 2 layers, decoder and cross attention the
     decoder's 1: in the maps, the grid figure, the layer check and the web payload."""
-    from transformer_mt.server.service import attention_payload
+    from transformer_mt.server.translation_service import attention_payload
 
     maps = attention_maps(Translator.from_run(shallow_decoder_run, device="cpu"), "w3 w1 w4")
     assert (maps.layers("encoder"), maps.layers("decoder"), maps.layers("cross")) == (2, 1, 1)
@@ -281,7 +281,7 @@ def test_embeddings_plot_of_a_run(tmp_path: Path, tiny_run: Path) -> None:
 
 
 def test_head_entropy_is_the_mean_over_rows_of_each_heads_attention(translator: Translator) -> None:
-    from transformer_mt.translator import Hypothesis
+    from transformer_mt.inference.translator import Hypothesis
     from transformer_mt.viz import head_entropies
 
     pairs = [("w3 w1 w4", "w3 w1 w4"), ("w2 w2 w9 w8 w7", "w2 w2 w9 w8 w7")]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_mt.config import ConfigError, DataConfig, load_config
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.common.config import ConfigError, DataConfig, load_config
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.specials import PAD_ID, UNK_ID
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
 
@@ -131,7 +131,7 @@ def notes_translate(model, words: SentencePieceTokenizer, sentence: str, max_len
 @pytest.fixture(scope="module")
 def untrained(words: SentencePieceTokenizer):
     """A random model over the word vocabulary: any fixed function of the source will do."""
-    from transformer_mt.config import ModelConfig
+    from transformer_mt.common.config import ModelConfig
     from transformer_mt.model.transformer import build_model
 
     torch.manual_seed(3)
@@ -140,8 +140,8 @@ def untrained(words: SentencePieceTokenizer):
 
 
 def translator_of(model, words: SentencePieceTokenizer, unknown_words: str):
-    from transformer_mt.config import DecodeConfig
-    from transformer_mt.translator import Translator
+    from transformer_mt.common.config import DecodeConfig
+    from transformer_mt.inference.translator import Translator
 
     settings = DecodeConfig(beam=1, max_len_a=0, max_len_b=7, unknown_words=unknown_words)
     return Translator(model, words, settings, torch.device("cpu"))

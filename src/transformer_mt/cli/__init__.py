@@ -16,10 +16,10 @@ import typing
 from typing import Any, Callable, NoReturn, Sequence
 
 from transformer_mt import __version__
-from transformer_mt.config import SECTIONS, ConfigError, config_from_dict, parse_override
-from transformer_mt.errors import USER_ERRORS
+from transformer_mt.common.config import SECTIONS, ConfigError, config_from_dict, parse_override
+from transformer_mt.common.errors import USER_ERRORS
 
-COMMAND_MODULES = ("train", "translate", "generate", "viz", "data", "interop", "doctor")
+COMMAND_MODULES = ("train", "translate", "generate", "plot", "serve", "data", "interop", "doctor")
 
 
 class OneLineLogFormatter(logging.Formatter):
@@ -116,7 +116,7 @@ def option_value(key: str) -> Callable[[str], Any]:
 
 def add_option_flag(parser: argparse.ArgumentParser, key: str, flag: str, default: str = "the run's") -> None:
     """A flag that sets the config option `key` for one command: its help and its checks are
-    the option's (config.py), so the two cannot disagree; unset (None), `default` applies."""
+    the option's (common/config.py), so the two cannot disagree; unset (None), `default` applies."""
     section, name = key.split(".")
     help_text = next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == name).metadata["help"]
     parser.add_argument(flag, dest=name, type=option_value(key), metavar=name.upper(),

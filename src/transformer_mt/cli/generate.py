@@ -14,7 +14,7 @@ import sys
 
 from transformer_mt.cli import path_arg, positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
-from transformer_mt.runs import CHECKPOINT_CHOICES
+from transformer_mt.runs.directory import CHECKPOINT_CHOICES
 
 log = logging.getLogger("transformer_mt")
 
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from transformer_mt.generation import LanguageModel, check_seed, check_text, sampling_of
+    from transformer_mt.inference.language_model import LanguageModel, check_seed, check_text, sampling_of
 
     sampling_of(args.temperature, args.top_k, args.top_p)  # refuse bad settings before loading the model
     check_seed(args.seed, "--seed")
@@ -84,7 +84,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_evaluate_text(args: argparse.Namespace) -> int:
     """Perplexity of --text under a language-model run (`evaluate RUN --text FILE`)."""
-    from transformer_mt.generation import LanguageModel
+    from transformer_mt.inference.language_model import LanguageModel
 
     lines = read_lines(args.text)
     lm = LanguageModel.from_run(args.run, device=args.device, checkpoint=args.checkpoint)

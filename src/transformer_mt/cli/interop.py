@@ -14,13 +14,13 @@ import logging
 import shlex
 
 from transformer_mt.cli import path_arg, positive_int
-from transformer_mt.config import CHECKPOINT_CHOICES
+from transformer_mt.common.config import CHECKPOINT_CHOICES
 # interop.ctranslate2 imports ctranslate2 only when an export runs: the parser needs none of it
 from transformer_mt.interop.ctranslate2 import QUANTIZATIONS, export_ctranslate2
 # interop.huggingface writes the files itself: transformers is needed only to use them
 from transformer_mt.interop.huggingface import export_hf
 # interop.marian and interop.gpt2 import huggingface_hub only to download a model by name
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 from transformer_mt.interop.annotated import (THEIR_MAX_LEN, import_annotated, read_vocabulary,
                                               vocabulary_of_text)
 from transformer_mt.interop.gpt2 import import_gpt2

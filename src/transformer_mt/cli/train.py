@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 
 from transformer_mt.cli import add_option_flag, path_arg, positive_int
-from transformer_mt.config import load_config
-from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir
+from transformer_mt.common.config import load_config
+from transformer_mt.common.errors import UserError
+from transformer_mt.runs.directory import RunDir
 
 log = logging.getLogger("transformer_mt")
 
@@ -105,7 +105,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_vocab(args: argparse.Namespace) -> int:
-    from transformer_mt.data.tokenizers import vocab_sizes
+    from transformer_mt.data.tokenizers.registry import vocab_sizes
     from transformer_mt.training import train_vocabulary
 
     cfg = load_config(args.config, split_overrides(args.overrides))
@@ -118,7 +118,7 @@ def run_vocab(args: argparse.Namespace) -> int:
 
 
 def run_average(args: argparse.Namespace) -> int:
-    from transformer_mt.runs import average_checkpoints
+    from transformer_mt.runs.directory import average_checkpoints
 
     run = RunDir(Path(args.run)).require()
     used = average_checkpoints(run, args.last)

@@ -18,11 +18,11 @@ from typing import Iterator
 
 from transformer_mt.cli import add_option_flag, path_arg, positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
-from transformer_mt.device import resolve_precision, reuse_freed_memory
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_open, check_writable_file
-from transformer_mt.quantize import DTYPES
-from transformer_mt.runs import CHECKPOINT_CHOICES, RunDir, list_checkpoints
+from transformer_mt.common.device import resolve_precision, reuse_freed_memory
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_open, check_writable_file
+from transformer_mt.runs.quantize import DTYPES
+from transformer_mt.runs.directory import CHECKPOINT_CHOICES, RunDir, list_checkpoints
 
 log = logging.getLogger("transformer_mt")
 
@@ -86,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def load_translator(args: argparse.Namespace, nbest: int = 1):
     """The run's Translator and the decoding settings of this command (one rule for
     beam and n-best, the server's: see `translator.decode_settings`)."""
-    from transformer_mt.translator import Translator
+    from transformer_mt.inference.translator import Translator
 
     overrides = {key: value for key, value in (
         ("length_penalty", args.length_penalty), ("batch_tokens", args.batch_tokens), ("precision", args.precision),
@@ -218,7 +218,7 @@ def run_translate(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from transformer_mt.cli.generate import run_evaluate_text
-    from transformer_mt.evaluation import score
+    from transformer_mt.common.evaluation import score
 
     if RunDir(Path(args.run)).require().read_config().model.arch == "decoder_only":
         if not args.text:

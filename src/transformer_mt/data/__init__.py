@@ -1,14 +1,15 @@
-"""Data: generated toy corpora, parallel corpora, the tokenizers and batching.
+"""Data: generated toy corpora, parallel corpora and text streams, the tokenizers and batching.
 
-    toy_corpora.py    built-in corpora the toolkit makes itself (numbers en->de, copy)
-    corpus.py         read and validate parallel text (plain or .gz), errors name file and line
-    corpus_files.py   config -> the corpus files of each split
-    specials.py       the fixed special ids pad 0, unk 1, bos 2, eos 3
-    tokenizer.py      the Tokenizer protocol every tokenizer follows
-    sentencepiece_tokenizer.py  one joint sentencepiece vocabulary, trained in those ids
-    marian_tokenizer.py  an imported Marian (OPUS-MT) vocabulary in those ids: vocab.json + source/target.spm
-    tokenizers.py     picks the tokenizer class from a run's files: load, list, find
-    vocabulary.py     the run's tokenizer, trained on a sample of the training text
-    prepare.py        encode once on all cores into memory-mapped arrays
-    batching.py       batches of about N tokens grouped by length, deterministic and resumable
+    data/toy_corpora.py    built-in corpora the toolkit makes itself (numbers en->de, copy)
+    data/sources.py        named corpora fetched from maintained sources, written as plain parallel text
+    data/corpus.py         read and validate parallel text (plain or .gz), errors name file and line
+    data/corpus_files.py   config -> the corpus files of each split
+    data/specials.py       the fixed special ids pad 0, unk 1, bos 2, eos 3
+    data/tokenizers/       the Tokenizer protocol, its implementations and the registry
+    data/vocabulary.py     the run's tokenizer, trained on a sample of the training text
+    data/sequences.py      variable-length id sequences in one flat array (numpy only)
+    data/prepare.py        encode once on all cores into memory-mapped arrays
+    data/batching.py       batches of about N tokens grouped by length, deterministic and resumable
+    data/text_stream.py    a language model's text, encoded once into one token stream
+    data/blocks.py         a language model's batches: fixed-length blocks of that stream
 """

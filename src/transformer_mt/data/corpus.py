@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
 
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 
 log = logging.getLogger("transformer_mt")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer_mt.config import TASK_NAMES, ConfigError, DataConfig
+from transformer_mt.common.config import TASK_NAMES, ConfigError, DataConfig
 from transformer_mt.data.toy_corpora import toy_corpus_paths, write_toy_corpus
 
 PathPair = tuple[Path, Path]

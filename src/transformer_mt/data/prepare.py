@@ -14,7 +14,7 @@ which validate them (UTF-8, with the line number), skip pairs with an empty side
 and filter them (training) or truncate them (validation) exactly as before. Through the
 page cache, every rank on a machine shares one copy of the arrays, and a resume re-reads
 nothing. The manifest ties the arrays to the corpus files (size, mtime, sha256) and to
-the tokenizer, and to the settings that decide which pairs are kept (Limits, data.train_pairs
+the tokenizer, and to the settings that decide which pairs are kept (PairLimits, data.train_pairs
 among them): a changed input is re-prepared, or refused once training has started."""
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from transformer_mt.data.sequences import Sequences
 from transformer_mt.data.corpus import Corpus, CorpusError, decode_line, iter_raw_pairs, no_pairs_left, open_lines
 from transformer_mt.data.corpus import read_parallel, usable_pair, warn_skipped
 from transformer_mt.data.corpus_files import CorpusPaths, PathPair
-from transformer_mt.data.tokenizer import Tokenizer
-from transformer_mt.data.tokenizers import encoding_files, load_tokenizer
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_open, atomic_write_text
+from transformer_mt.data.tokenizers.protocol import Tokenizer
+from transformer_mt.data.tokenizers.registry import encoding_files, load_tokenizer
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_open, atomic_write_text
 
 log = logging.getLogger("transformer_mt")
 
@@ -51,7 +51,7 @@ SIDES = ("src", "tgt")
 
 
 @dataclass(frozen=True)
-class Limits:
+class PairLimits:
     """What decides which ids are kept: only the first `train_pairs` usable training pairs
     are read (0: all; data.train_pairs, the notes' select(range(N))), of which those longer
     than max_len or with a length ratio above max_ratio are dropped; validation sides are
@@ -124,7 +124,7 @@ def flatten(seqs: list[list[int]], dtype: np.dtype) -> tuple[np.ndarray, np.ndar
     return np.fromiter(chain.from_iterable(seqs), dtype=dtype, count=int(lens.sum())), lens
 
 
-def encode_chunk(chunk: Chunk, model: str, digest: str, limits: Limits, dtype: str) -> EncodedChunk:
+def encode_chunk(chunk: Chunk, model: str, digest: str, limits: PairLimits, dtype: str) -> EncodedChunk:
     """Validate, encode and filter (train) or truncate (valid) one chunk of pairs."""
     src, tgt = [], []
     for number, (s, t) in enumerate(zip(chunk.src, chunk.tgt), start=chunk.first_line):
@@ -225,7 +225,7 @@ def encode_split(split: str, pair: PathPair, out: Path, encode: Callable[[Chunk]
     return totals
 
 
-def report(split: str, pair: PathPair, counts: dict[str, int], limits: Limits) -> None:
+def report(split: str, pair: PathPair, counts: dict[str, int], limits: PairLimits) -> None:
     """Stop on a split with nothing left; warn about what was skipped, dropped or cut."""
     if counts["lines"] == counts["skipped"]:
         raise no_pairs_left(*pair, counts["lines"])
@@ -284,7 +284,7 @@ def inputs(paths: CorpusPaths, tokenizer: Path) -> dict[str, Path]:
     return files
 
 
-def stale(out: Path, files: dict[str, Path], limits: Limits) -> str | None:
+def stale(out: Path, files: dict[str, Path], limits: PairLimits) -> str | None:
     """Why the prepared data in `out` does not serve these inputs, or None if it does."""
     try:
         manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
@@ -324,7 +324,7 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def build(out: Path, paths: CorpusPaths, files: dict[str, Path], limits: Limits, vocab_size: int,
+def build(out: Path, paths: CorpusPaths, files: dict[str, Path], limits: PairLimits, vocab_size: int,
           workers: int, progress: bool) -> None:
     """Encode the splits into `out`; the manifest is removed first and written last, so
     arrays without a valid manifest are never used."""
@@ -351,14 +351,14 @@ class _Encoder:
 
     model: str
     digest: str
-    limits: Limits
+    limits: PairLimits
     dtype: str
 
     def __call__(self, chunk: Chunk) -> EncodedChunk:
         return encode_chunk(chunk, self.model, self.digest, self.limits, self.dtype)
 
 
-def prepare_corpus(paths: CorpusPaths, tokenizer: Path, vocab_size: int, out: Path, limits: Limits,
+def prepare_corpus(paths: CorpusPaths, tokenizer: Path, vocab_size: int, out: Path, limits: PairLimits,
                    may_rebuild: bool = True, workers: int | None = None, progress: bool = False) -> PreparedData:
     """The prepared data for these corpus files and this tokenizer: mapped from `out`
     when it was prepared from them, else encoded now. With may_rebuild False (a run that
@@ -377,7 +377,7 @@ def prepare_corpus(paths: CorpusPaths, tokenizer: Path, vocab_size: int, out: Pa
     return open_prepared(out, paths)
 
 
-def require_prepared(paths: CorpusPaths, tokenizer: Path, out: Path, limits: Limits) -> PreparedData:
+def require_prepared(paths: CorpusPaths, tokenizer: Path, out: Path, limits: PairLimits) -> PreparedData:
     """Map data another process prepared (DDP ranks > 0): it must match these inputs."""
     reason = stale(out, inputs(paths, tokenizer), limits)
     if reason is not None:

@@ -34,8 +34,8 @@ from tqdm import tqdm
 
 from transformer_mt import __version__
 from transformer_mt.data.corpus import read_lines
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_open, atomic_write_text
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_open, atomic_write_text
 
 log = logging.getLogger("transformer_mt")
 

@@ -4,8 +4,8 @@
 
 Every model, batch, tokenizer and decoder relies on these four ids, so they live in one
 module that imports nothing: a trained sentencepiece vocabulary is made with them
-(data/sentencepiece_tokenizer.py) and an imported Marian vocabulary is reordered into
-them (data/marian_tokenizer.py)."""
+(data/tokenizers/sentencepiece.py) and an imported Marian vocabulary is reordered into
+them (data/tokenizers/marian.py)."""
 
 from __future__ import annotations
 

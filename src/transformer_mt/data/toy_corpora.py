@@ -18,7 +18,7 @@ from pathlib import Path
 
 from num2words import num2words
 
-from transformer_mt.files import atomic_write_text
+from transformer_mt.common.files import atomic_write_text
 
 SPLITS = ("train", "valid", "test")
 Pairs = list[tuple[str, str]]

@@ -11,13 +11,13 @@ from typing import Iterator
 
 import numpy as np
 
-from transformer_mt.config import DataConfig
+from transformer_mt.common.config import DataConfig
 from transformer_mt.data.corpus import decode_line, iter_raw_lines, iter_raw_pairs, no_pairs_left, usable_pair
 from transformer_mt.data.corpus_files import PathPair
-from transformer_mt.data.separate_tokenizer import SeparateTokenizer
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
-from transformer_mt.data.tokenizer import Tokenizer
-from transformer_mt.data.tokenizers import load_tokenizer
+from transformer_mt.data.tokenizers.separate import SeparateTokenizer
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
+from transformer_mt.data.tokenizers.protocol import Tokenizer
+from transformer_mt.data.tokenizers.registry import load_tokenizer
 
 log = logging.getLogger("transformer_mt")
 

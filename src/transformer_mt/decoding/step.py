@@ -1,12 +1,11 @@
 """The decoder's step at one new position, written over its weights for search.
 
 Greedy search and beam search call the decoder once per emitted token. At one sentence
-a time most of a step's time went to the machinery around the operations, not to them:
-the small preset (3 layers, d_model 256) makes 64 nn.Module calls and 19 matrix
-products a step, and the calls cost as much as the products (docs/benchmarks.md,
-"Decoding speed"). `DecoderStep` runs DecoderLayer.forward's operations at one query
-position, in the same order on the same tensors, as plain torch.nn.functional calls on
-weights it reads once per batch: the outputs are the module path's, bit for bit.
+a time a step's few small matrix products cost about as much as the nn.Module calls around
+them (docs/benchmarks.md, "Decoding speed"), so `DecoderStep` runs DecoderLayer.forward's
+operations at one query position, in the same order on the same tensors, as plain
+torch.nn.functional calls on weights it reads once per batch: the outputs are the module
+path's, bit for bit.
 
 An nn.Linear becomes F.linear and an nn.LayerNorm F.layer_norm on the same weights; any
 other projection or norm (an int8 Linear, AnnotatedLayerNorm) is called as the module it

@@ -16,17 +16,17 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from transformer_mt.config import Config, load_config, replace
+from transformer_mt.common.config import Config, load_config, replace
 from transformer_mt.data.batching import pad_sequences
 from transformer_mt.data.corpus import read_parallel
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
-from transformer_mt.data.tokenizer import Tokenizer
-from transformer_mt.errors import UserError
-from transformer_mt.files import read_json_file
+from transformer_mt.data.tokenizers.protocol import Tokenizer
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import read_json_file
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder, build_model
-from transformer_mt.runs import RunDir, load_run_model, read_events
-from transformer_mt.translator import Hypothesis, Translator
+from transformer_mt.runs.directory import RunDir, load_run_model, read_events
+from transformer_mt.inference.translator import Hypothesis, Translator
 
 BATCH = 32  # sentences per teacher-forced batch
 

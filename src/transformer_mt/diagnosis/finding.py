@@ -30,7 +30,7 @@ def cost(*rows: str) -> str:
 @dataclass(frozen=True)
 class Finding:
     """id: the check's stable name; value and limit: what was measured and the limit it
-    crossed (limits.py); message: what it means for this model; fix: a config override
+    crossed (thresholds.py); message: what it means for this model; fix: a config override
     or an action; cost: what the cause cost in the notes' recipe, with the link, or None
     where it was not measured."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from transformer_mt.diagnosis import limits
+from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case, NotChecked
 from transformer_mt.diagnosis.finding import Finding, cost
 
@@ -44,12 +44,12 @@ def memorization(case: Case) -> Finding | None:
     else:
         valid, where = case.losses[0], f"the loss on {case.pairs_from}"
     gap = valid - train
-    if gap <= limits.MEMORIZATION.value:
+    if gap <= thresholds.MEMORIZATION.value:
         return None
     bleu = f" (validation BLEU {found[-1]['bleu']:.1f})" if found and "bleu" in found[-1] else ""
     smoothed = " (smoothed: the gap is larger still)" if case.cfg.train.label_smoothing and case.events else ""
     return Finding(
-        "memorization", round(gap, 3), limits.MEMORIZATION.value,
+        "memorization", round(gap, 3), thresholds.MEMORIZATION.value,
         f"the training loss is {train:.2f}{smoothed} but {where} is {valid:.2f}{bleu}: {gap:.2f} nats apart, the "
         "model recites its training pairs rather than translating",
         "train on more pairs (--data.train_pairs=0: all of them) and keep dropout (--model.dropout=0.1 or more); "
@@ -83,9 +83,9 @@ def schedule(case: Case) -> Finding | None:
     if train is None or case.tokenizer is None or not case.references:
         return None
     entropy = unigram_entropy(case)
-    if train < limits.UNIGRAM.value * entropy:
+    if train < thresholds.UNIGRAM.value * entropy:
         return None
-    return Finding("schedule", round(train / entropy, 3), limits.UNIGRAM.value,
+    return Finding("schedule", round(train / entropy, 3), thresholds.UNIGRAM.value,
                    f"the training loss ({train:.2f}) stopped near the entropy of the target words' frequencies "
                    f"({entropy:.2f} nats): the model learnt which words are common, not what they translate",
                    "a warmup to a lower peak (--train.schedule=paper), and check embedding_scale and source_ignored")
@@ -99,10 +99,10 @@ def undertrained(case: Case) -> Finding | None:
     before, last = found[-2], found[-1]
     bleu_gain = last.get("bleu", 0.0) - before.get("bleu", 0.0)
     loss_drop = (before["valid_loss"] - last["valid_loss"]) / max(before["valid_loss"], 1e-9)
-    if bleu_gain <= limits.UNDERTRAINED_BLEU.value and loss_drop <= limits.UNDERTRAINED_LOSS.value:
+    if bleu_gain <= thresholds.UNDERTRAINED_BLEU.value and loss_drop <= thresholds.UNDERTRAINED_LOSS.value:
         return None
-    value, limit = ((round(bleu_gain, 2), limits.UNDERTRAINED_BLEU.value) if bleu_gain > limits.UNDERTRAINED_BLEU.value
-                    else (round(loss_drop, 4), limits.UNDERTRAINED_LOSS.value))
+    value, limit = ((round(bleu_gain, 2), thresholds.UNDERTRAINED_BLEU.value) if bleu_gain > thresholds.UNDERTRAINED_BLEU.value
+                    else (round(loss_drop, 4), thresholds.UNDERTRAINED_LOSS.value))
     return Finding(
         "undertrained", value, limit,
         f"between steps {before['step']} and {last['step']} validation BLEU rose by {bleu_gain:.1f} and the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from transformer_mt.diagnosis import limits
+from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case
 from transformer_mt.diagnosis.finding import Finding
 
@@ -22,11 +22,11 @@ def source_ignored(case: Case) -> Finding | None:
     shared = sum(n for n in counts.values() if n > 1) / max(len(by_source), 1)
     right, shuffled = case.losses
     gain = (shuffled - right) / max(shuffled, 1e-9)
-    if shared <= limits.SOURCE_IGNORED_SHARE.value and gain >= limits.SOURCE_IGNORED_GAIN.value:
+    if shared <= thresholds.SOURCE_IGNORED_SHARE.value and gain >= thresholds.SOURCE_IGNORED_GAIN.value:
         return None
     common, n = counts.most_common(1)[0]
-    value, limit = ((round(shared, 3), limits.SOURCE_IGNORED_SHARE.value) if shared > limits.SOURCE_IGNORED_SHARE.value
-                    else (round(gain, 4), limits.SOURCE_IGNORED_GAIN.value))
+    value, limit = ((round(shared, 3), thresholds.SOURCE_IGNORED_SHARE.value) if shared > thresholds.SOURCE_IGNORED_SHARE.value
+                    else (round(gain, 4), thresholds.SOURCE_IGNORED_GAIN.value))
     return Finding(
         "source_ignored", value, limit,
         f"{shared:.0%} of {len(by_source)} different sources get a translation that another source gets too "
@@ -40,11 +40,11 @@ def length(case: Case) -> Finding | None:
     """The hypotheses' length (white-space words) over the references'."""
     words = sum(len(h.text.split()) for h in case.hypotheses)
     ratio = words / max(sum(len(r.split()) for r in case.references), 1)
-    if limits.LENGTH_LOW.value <= ratio <= limits.LENGTH_HIGH.value:
+    if thresholds.LENGTH_LOW.value <= ratio <= thresholds.LENGTH_HIGH.value:
         return None
-    short = ratio < limits.LENGTH_LOW.value
+    short = ratio < thresholds.LENGTH_LOW.value
     return Finding(
-        "length", round(ratio, 3), limits.LENGTH_LOW.value if short else limits.LENGTH_HIGH.value,
+        "length", round(ratio, 3), thresholds.LENGTH_LOW.value if short else thresholds.LENGTH_HIGH.value,
         f"the translations have {ratio:.2f} times the words of the references: "
         + ("too short, and BLEU's brevity penalty takes its share" if short else "too long"),
         ("a length penalty that favours longer outputs (--decode.length_penalty=1.0 with --decode.beam=4)" if short
@@ -63,11 +63,11 @@ def repetition(case: Case) -> Finding | None:
     hypotheses = case.hypotheses
     looping = [h for h in hypotheses if loops(h.text) or not h.finished]
     share = len(looping) / max(len(hypotheses), 1)
-    if share <= limits.REPETITION.value:
+    if share <= thresholds.REPETITION.value:
         return None
     unfinished = sum(not h.finished for h in hypotheses)
     return Finding(
-        "repetition", round(share, 3), limits.REPETITION.value,
+        "repetition", round(share, 3), thresholds.REPETITION.value,
         f"{len(looping)} of {len(hypotheses)} translations loop ({unfinished} run to the length limit), "
         f"for example {looping[0].text[:80]!r}",
         "check source_ignored and memorization; a beam (--decode.beam=4) ends fewer outputs at the limit")

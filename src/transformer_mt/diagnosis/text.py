@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from transformer_mt.diagnosis import limits
+from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case, NotChecked
 from transformer_mt.diagnosis.finding import Finding, cost
 
@@ -24,12 +24,12 @@ def unknown_words(case: Case) -> Finding | None:
     source = unknown_share(case.tokenizer.encode(case.sources), (UNK_ID,))
     target = unknown_share(case.tokenizer.encode_target(case.references), (UNK_ID, PAD_ID))
     share = max(source, target)
-    if share <= limits.UNKNOWN_WORDS.value:
+    if share <= thresholds.UNKNOWN_WORDS.value:
         return None
     hidden = ("padding that the source mask hides" if case.cfg.decode.unknown_words == "pad"
               else "<unk>, one vector for every unknown word")
     return Finding(
-        "unknown_words", round(share, 4), limits.UNKNOWN_WORDS.value,
+        "unknown_words", round(share, 4), thresholds.UNKNOWN_WORDS.value,
         f"{source:.1%} of the source tokens and {target:.1%} of the reference tokens of {case.pairs_from} are "
         f"outside the vocabulary: the encoder reads them as {hidden}, and the model can never write them",
         "a subword vocabulary, in which no word is unknown: --data.vocab_type=bpe --data.joint_vocab=true "
@@ -46,11 +46,11 @@ def truncation(case: Case) -> Finding | None:
     counts = json.loads(manifest.read_text(encoding="utf-8"))["counts"]["train"]
     usable = counts["lines"] - counts["skipped"]
     share = counts["filtered"] / max(usable, 1)
-    if share <= limits.TRUNCATION.value:
+    if share <= thresholds.TRUNCATION.value:
         return None
     data = case.cfg.data
     return Finding(
-        "truncation", round(share, 4), limits.TRUNCATION.value,
+        "truncation", round(share, 4), thresholds.TRUNCATION.value,
         f"{counts['filtered']} of the {usable} training pairs ({share:.1%}) were dropped: a side longer than "
         f"data.max_len = {data.max_len} subwords, or a length ratio above data.max_len_ratio = {data.max_len_ratio:g}",
         f"raise --data.max_len (and model.max_positions with it) or --data.max_len_ratio, or clean the corpus")

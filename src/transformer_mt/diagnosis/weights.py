@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from transformer_mt.data.specials import PAD_ID
-from transformer_mt.diagnosis import limits
+from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case
 from transformer_mt.diagnosis.finding import Finding, cost
 from transformer_mt.model.attention import MultiHeadAttention
@@ -37,11 +37,11 @@ def embedding_scale(case: Case) -> Finding | None:
     sides = {"source": added_rms(model.src_embed), "target": added_rms(model.tgt_embed)}
     side, largest = max(sides.items(), key=lambda item: item[1])
     ratio = largest / positions
-    if ratio <= limits.EMBEDDING_SCALE.value:
+    if ratio <= thresholds.EMBEDDING_SCALE.value:
         return None
     scaled = f"times sqrt(d_model) = {model.src_embed.scale:.1f}, " if model.src_embed.scale != 1 else ""
     return Finding(
-        "embedding_scale", round(ratio, 2), limits.EMBEDDING_SCALE.value,
+        "embedding_scale", round(ratio, 2), thresholds.EMBEDDING_SCALE.value,
         f"the {side} embeddings as the model adds them ({scaled}RMS {largest:.2f}) are {ratio:.1f} times the "
         f"positional encoding (RMS {positions:.2f}): the positions are {1 / (1 + ratio ** 2):.1%} of the sum, so "
         "the model barely sees word order",
@@ -66,7 +66,7 @@ def weight_matrices(case: Case) -> dict[str, torch.Tensor]:
 
 def near_copies(matrices: dict[str, torch.Tensor]) -> list[tuple[float, str, str]]:
     """(correlation, name, name) of each pair of equally shaped matrices whose entries
-    correlate at limits.CLONED or above, highest first."""
+    correlate at thresholds.CLONED or above, highest first."""
     pairs = []
     by_shape: dict[tuple[int, ...], list[str]] = {}
     for name, matrix in matrices.items():
@@ -80,7 +80,7 @@ def near_copies(matrices: dict[str, torch.Tensor]) -> list[tuple[float, str, str
         correlation = rows @ rows.T  # (M, M)
         for i in range(len(names)):
             for j in range(i + 1, len(names)):
-                if correlation[i, j] >= limits.CLONED.value:
+                if correlation[i, j] >= thresholds.CLONED.value:
                     pairs.append((float(correlation[i, j]), names[i], names[j]))
     return sorted(pairs, reverse=True)
 
@@ -95,7 +95,7 @@ def cloned_init(case: Case) -> Finding | None:
     copied = {name for _, a, b in pairs for name in (a, b)}
     top, a, b = pairs[0]
     return Finding(
-        "cloned_init", round(top, 4), limits.CLONED.value,
+        "cloned_init", round(top, 4), thresholds.CLONED.value,
         f"{len(copied)} of {len(matrices)} weight matrices are near copies of another ({len(pairs)} pairs, "
         f"correlation up to {top:.3f}: {a} and {b}); deep copies of one module that nothing re-drew start as "
         "one function, and training must first pull them apart",
@@ -110,10 +110,10 @@ def tied_scale(case: Case) -> Finding | None:
     if model.generator.proj.weight is not model.tgt_embed.lut.weight:
         return None
     spread = rms(model.tgt_embed.lut.weight) * model.tgt_embed.d_model ** 0.5
-    if spread <= limits.TIED_SCALE.value:
+    if spread <= thresholds.TIED_SCALE.value:
         return None
     return Finding(
-        "tied_scale", round(spread, 2), limits.TIED_SCALE.value,
+        "tied_scale", round(spread, 2), thresholds.TIED_SCALE.value,
         f"the output layer shares an embedding of RMS {rms(model.tgt_embed.lut.weight):.2f}: its logits start with "
         f"a standard deviation of {spread:.1f}, so the first softmax is nearly one-hot on random tokens and the "
         "loss starts far above log(V)",

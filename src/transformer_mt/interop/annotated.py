@@ -22,7 +22,7 @@ What their model computes, and how it is carried over:
   model.tie_embeddings false, positional_layout interleaved; the stored table (`pe`, their
   max_len rows, 5000 by default) must be that sinusoid and sets model.max_positions;
 - a generator with a bias (`generator.proj`), ReLU between w_1 and w_2.
-Their word vocabularies (data/word_vocab_tokenizer.py) are reordered into our special ids;
+Their word vocabularies (data/tokenizers/word_vocab.py) are reordered into our special ids;
 a vocabulary without <unk> gets a row of our own: the pad row's embedding, and on the
 output side a zero weight and the bias NEVER_LOGIT (probability exactly 0), so the
 distribution over their V outputs is theirs.
@@ -54,17 +54,17 @@ from typing import Any
 
 import torch
 
-from transformer_mt.config import Config, DataConfig, DecodeConfig, ModelConfig
+from transformer_mt.common.config import Config, DataConfig, DecodeConfig, ModelConfig
 from transformer_mt.data.corpus import decode_line, iter_raw_lines
-from transformer_mt.data.word_vocab_tokenizer import (WORD_VOCAB, WordVocabTokenizer, build_vocabulary,
+from transformer_mt.data.tokenizers.word_vocab import (WORD_VOCAB, WordVocabTokenizer, build_vocabulary,
                                                       check_vocabulary, our_rows)
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_write_text, read_json_file
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_write_text, read_json_file
 from transformer_mt.interop.folders import check_new_run, write_folder
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.transformer import NEVER_LOGIT, build_model
-from transformer_mt.runs import RunDir, save_weights
-from transformer_mt.tensor_checks import refuse_non_finite_load, unreadable_reason
+from transformer_mt.runs.directory import RunDir, save_weights
+from transformer_mt.runs.tensor_checks import refuse_non_finite_load, unreadable_reason
 
 log = logging.getLogger("transformer_mt")
 
@@ -81,7 +81,7 @@ def import_annotated(checkpoint: str | Path, run_dir: str | Path, heads: int, so
                      vocab_origin: dict[str, Any] | None = None) -> RunDir:
     """Write the run directory `run_dir` from the Annotated-Transformer checkpoint
     `checkpoint`, whose word vocabularies are `source_vocab` and `target_vocab` (checked:
-    data/word_vocab_tokenizer.py); built beside it and renamed into place, so a failed
+    data/tokenizers/word_vocab.py); built beside it and renamed into place, so a failed
     import leaves nothing. `vocab_origin` says in imported.json where they came from."""
     root = check_new_run(run_dir)
     path = Path(checkpoint)

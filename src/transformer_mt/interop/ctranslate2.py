@@ -52,16 +52,16 @@ import torch
 from torch import nn
 
 from transformer_mt import __version__
-from transformer_mt.config import CHECKPOINT_CHOICES, Config
+from transformer_mt.common.config import CHECKPOINT_CHOICES, Config
 from transformer_mt.data.specials import BOS_ID, EOS_ID, UNK_ID
-from transformer_mt.data.tokenizer import Tokenizer
-from transformer_mt.data.tokenizers import require_joint
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_write_text
+from transformer_mt.data.tokenizers.protocol import Tokenizer
+from transformer_mt.data.tokenizers.registry import require_joint
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_write_text
 from transformer_mt.interop.folders import check_out_dir, write_folder
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.runs import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
 # model.activation (where a run has one; the paper's ReLU otherwise) -> CTranslate2's Activation name

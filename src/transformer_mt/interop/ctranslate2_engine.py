@@ -15,9 +15,9 @@ its probability alone, so any alpha maps; its score is divided by the GNMT penal
 `mismatch` names the first setting that does not map. A batch where CTranslate2 chose pad
 or bos, which torch's search bans, is searched by torch.
 
-Threads: one intra-op thread on hosts of at most two cores, where benchmarks/decode_speed.py
-measured two threads 1.2-8x slower than one at beam 4 batch 32 and at greedy batch 1
-(docs/benchmarks.md); CTranslate2's own choice (0) on larger hosts."""
+Threads: one intra-op thread on hosts of at most two cores, where a second thread slows
+CTranslate2 down (docs/benchmarks.md, "Decoding speed"); CTranslate2's own choice (0) on
+larger hosts."""
 
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ from itertools import groupby
 
 import torch
 
-from transformer_mt.config import Config, DecodeConfig
+from transformer_mt.common.config import Config, DecodeConfig
 from transformer_mt.data.specials import EOS_ID, NEVER_EMITTED, SPECIAL_IDS
-from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.decoding.beam import gnmt_penalty
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 from transformer_mt.interop.ctranslate2 import METADATA, check_exportable, import_ctranslate2, write_model_folder
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.runs import RunDir
+from transformer_mt.runs.directory import RunDir
 
 log = logging.getLogger("transformer_mt")
 

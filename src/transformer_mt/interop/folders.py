@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from transformer_mt.errors import UserError
-from transformer_mt.files import existing_ancestor, fsync_folder, probe_writable
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import existing_ancestor, fsync_folder, probe_writable
 
 
 def check_out_dir(out: Path, run_root: Path, force: bool) -> None:

@@ -35,7 +35,7 @@ activations.py):
   GPT-2's embd_pdrop (after embeddings + positions) is its own rate; ours is model.dropout
   there too, so a different embd_pdrop is not carried over (training only; logged);
 - the vocabulary: GPT-2's byte-level BPE with its own ids, "<|endoftext|>" its only special
-  token (data/gpt2_tokenizer.py), kept in the run as gpt2_tokenizer.json.
+  token (data/tokenizers/gpt2.py), kept in the run as gpt2_tokenizer.json.
 
 Refused with one line: another model_type (said before any file is looked for),
 cross-attention (add_cross_attention), another layer_norm_epsilon or activation, the
@@ -52,14 +52,14 @@ from typing import Any, Callable
 
 import torch
 
-from transformer_mt.config import Config, DataConfig, ModelConfig, TrainConfig
-from transformer_mt.data.gpt2_tokenizer import END_OF_TEXT, ByteLevelBPETokenizer, read_merges, read_vocab
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_write_text
+from transformer_mt.common.config import Config, DataConfig, ModelConfig, TrainConfig
+from transformer_mt.data.tokenizers.gpt2 import END_OF_TEXT, ByteLevelBPETokenizer, read_merges, read_vocab
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_write_text
 from transformer_mt.interop.folders import write_folder
 from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
 from transformer_mt.model.language_model import DecoderOnly, build_language_model
-from transformer_mt.runs import RunDir, save_weights
+from transformer_mt.runs.directory import RunDir, save_weights
 
 log = logging.getLogger("transformer_mt")
 

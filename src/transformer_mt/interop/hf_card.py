@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from transformer_mt import __version__
-from transformer_mt.config import Config
-from transformer_mt.runs import RunDir, read_events
+from transformer_mt.common.config import Config
+from transformer_mt.runs.directory import RunDir, read_events
 
 EVALUATE_OUTPUT = "evaluate.txt"  # `transformer-mt evaluate RUN ... > RUN/evaluate.txt`, if the user kept it
 VALIDATIONS_SHOWN = 10
@@ -156,7 +156,7 @@ def validation_table(validations: list[dict[str, Any]], checkpoint: str, cfg: Co
 
 def validation_signatures() -> tuple[str, str]:
     """The signatures of evaluation.score's defaults (what validation uses), one reference."""
-    from transformer_mt.evaluation import score
+    from transformer_mt.common.evaluation import score
 
     scored = score(["a"], ["a"])
     return scored.bleu_signature, scored.chrf_signature

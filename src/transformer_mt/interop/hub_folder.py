@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 from transformer_mt.interop.folders import check_new_run
-from transformer_mt.tensor_checks import refuse_non_finite_load, unreadable_reason
+from transformer_mt.runs.tensor_checks import refuse_non_finite_load, unreadable_reason
 
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # name or namespace/name
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

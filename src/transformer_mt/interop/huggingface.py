@@ -53,17 +53,17 @@ from typing import Any
 import torch
 
 from transformer_mt import __version__
-from transformer_mt.config import CHECKPOINT_CHOICES, Config
+from transformer_mt.common.config import CHECKPOINT_CHOICES, Config
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from transformer_mt.data.tokenizers import require_joint
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_path, atomic_write_text
+from transformer_mt.data.tokenizers.registry import require_joint
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_path, atomic_write_text
 from transformer_mt.interop.folders import check_out_dir, write_folder
 from transformer_mt.interop.hf_card import model_card
 from transformer_mt.interop.marian import ATTENTION, NORMS
 from transformer_mt.interop.positions import interleaved_to_halves, to_halves
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.runs import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model
 
 METADATA = "transformer_mt.json"  # where the export came from; read back by `import marian`
 CONFIG_COPY = "transformer_mt_config.yaml"

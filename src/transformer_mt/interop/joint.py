@@ -4,7 +4,7 @@ post-norm run: `import marian` gives back the run it came from.
 Such a folder has one joint sentencepiece model (source.spm and target.spm the same
 file) whose pieces, in id order, are vocab.json (pad 0, unk 1, <s> 2, </s> 3), and its
 decoder starts from <s> (decoder_start_token_id 2). Its ids are then ours, row for row:
-no reordering and no extra bos row as for OPUS-MT models (data/marian_tokenizer.py), and
+no reordering and no extra bos row as for OPUS-MT models (data/tokenizers/marian.py), and
 the run gets back its tokenizer.model. Our decoders ban pad and bos after the softmax
 over all outputs, as the folder's bad_words_ids [[0], [2]] do in transformers, so no
 output needs NEVER_LOGIT (unless renormalize_logits asks transformers to normalise again
@@ -19,12 +19,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from transformer_mt.config import Config
-from transformer_mt.data.marian_tokenizer import read_vocab
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.common.config import Config
+from transformer_mt.data.tokenizers.marian import read_vocab
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.specials import BOS_ID, PAD_ID
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_path, atomic_write_text
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_path, atomic_write_text
 from transformer_mt.interop.positions import to_interleaved
 from transformer_mt.model.transformer import EncoderDecoder, build_model
 

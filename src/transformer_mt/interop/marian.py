@@ -23,7 +23,7 @@ tokenization_marian.py and convert_marian_to_pytorch.py):
   5 reads the encoder's and decoder's own embed_tokens: where they differ, model.share_vocab
   is false (two embedding matrices over the one vocabulary);
 - Marian's ids (eos 0, unk 1, pad V-1, the decoder starting from pad) are reordered into
-  ours (pad 0, unk 1, bos 2, eos 3) with one extra row: see data/marian_tokenizer.py. The
+  ours (pad 0, unk 1, bos 2, eos 3) with one extra row: see data/tokenizers/marian.py. The
   extra bos output gets the bias NEVER_LOGIT (probability exactly 0), so our softmax over
   V + 1 outputs is Hugging Face's over V; with `renormalize_logits` (in the OPUS-MT
   generation configs) Hugging Face normalises again after banning pad, which equals giving
@@ -55,18 +55,18 @@ from typing import Any
 
 import torch
 
-from transformer_mt.config import Config, DataConfig, DecodeConfig, ModelConfig
-from transformer_mt.data.marian_tokenizer import (EOS_PIECE, MARIAN_TOKENIZER_FILES, MARIAN_VOCAB, PAD_PIECE,
+from transformer_mt.common.config import Config, DataConfig, DecodeConfig, ModelConfig
+from transformer_mt.data.tokenizers.marian import (EOS_PIECE, MARIAN_TOKENIZER_FILES, MARIAN_VOCAB, PAD_PIECE,
                                                    MarianTokenizer, read_vocab)
-from transformer_mt.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.specials import BOS_ID, PAD_ID
-from transformer_mt.errors import UserError
-from transformer_mt.files import atomic_path, atomic_write_text
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.files import atomic_path, atomic_write_text
 from transformer_mt.interop import joint
 from transformer_mt.interop.folders import write_folder
 from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
-from transformer_mt.runs import RunDir, save_weights
+from transformer_mt.runs.directory import RunDir, save_weights
 
 log = logging.getLogger("transformer_mt")
 

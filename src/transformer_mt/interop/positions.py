@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_mt.errors import UserError
+from transformer_mt.common.errors import UserError
 
 # How each weight meets the residual stream, by the end of its name in our state dict.
 READS_STREAM = ("lut.weight", "generator.proj.weight", "in_proj.weight", "w_1.weight")  # columns

@@ -146,7 +146,7 @@ class MultiHeadAttention(nn.Module):
         """For a cross-attention module at inference: move W^Q and [W^K; W^V] out of
         in_proj into two Linear modules, `q_proj` and `kv_proj` (the very same products),
         and drop in_proj. Cross-attention slices in_proj's weight, which a quantized
-        Linear does not have; int8 quantization (quantize.py) swaps whole modules."""
+        Linear does not have; int8 quantization (runs/quantize.py) swaps whole modules."""
         d, weight, bias = self.d_model, self.in_proj.weight.detach(), self.in_proj.bias.detach()
         self.q_proj = _linear_of(weight[:d], bias[:d])
         self.kv_proj = _linear_of(weight[d:], bias[d:])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.decoder import Decoder
 from transformer_mt.model.embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding

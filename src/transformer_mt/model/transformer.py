@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_mt.config import ModelConfig
+from transformer_mt.common.config import ModelConfig
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.cache import DecoderCache
 from transformer_mt.model.decoder import Decoder

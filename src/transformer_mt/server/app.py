@@ -9,7 +9,7 @@
     GET  /openapi.json     the OpenAPI description of the API
 
 For a language-model run (model.arch: decoder_only) the same page opens its generate view
-and the API is lm_api.py's (/api/generate, /api/generate/step, /api/generate/explain).
+and the API is language_model_api.py's (/api/generate, /api/generate/step, /api/generate/explain).
 
 Everything the page needs is served from server/static/: no CDN, works offline. The
 OpenAPI description is served, the Swagger page is not (it loads scripts from a CDN).
@@ -28,13 +28,13 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from transformer_mt import __version__
-from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir
-from transformer_mt.server.limits import BodySizeLimit, TooLarge, install_error_handlers
-from transformer_mt.server.lm_api import add_generate_routes
-from transformer_mt.server.lm_service import GenerateLimits, LanguageModelService, example_prompt
+from transformer_mt.common.errors import UserError
+from transformer_mt.runs.directory import RunDir
+from transformer_mt.server.request_guards import BodySizeLimit, TooLarge, install_error_handlers
+from transformer_mt.server.language_model_api import add_generate_routes
+from transformer_mt.server.language_model_service import GenerateLimits, LanguageModelService, example_prompt
 from transformer_mt.server.schemas import ExplainResponse, HealthBase, one_line
-from transformer_mt.server.service import Limits, TranslationService, example_sentence
+from transformer_mt.server.translation_service import TranslateLimits, TranslationService, example_sentence
 
 Service = TranslationService | LanguageModelService
 
@@ -156,7 +156,7 @@ class HealthResponse(HealthBase):
     batches: int = Field(description="decoding calls: fewer than requests when waiting requests were batched")
 
 
-def request_sentences(request: TranslateRequest, limits: Limits) -> list[str]:
+def request_sentences(request: TranslateRequest, limits: TranslateLimits) -> list[str]:
     """The sentences of a request, checked against `limits` (TooLarge -> 413, UserError -> 422)."""
     if (request.text is None) == (request.sentences is None):
         raise UserError("give either 'text' or 'sentences'")
@@ -174,14 +174,14 @@ def request_sentences(request: TranslateRequest, limits: Limits) -> list[str]:
     return sentences
 
 
-def one_sentence(text: str, limits: Limits) -> str:
+def one_sentence(text: str, limits: TranslateLimits) -> str:
     """The one sentence of a steps or explain request (TooLarge -> 413, UserError -> 422)."""
     return one_line(text, limits.max_chars, "nothing to decode: the text is empty", "sentence")
 
 
 def create_app(service: Service) -> FastAPI:
     """The FastAPI application around one shared service: the translation API for a
-    TranslationService, the generate API (lm_api.py) for a LanguageModelService; the same
+    TranslationService, the generate API (language_model_api.py) for a LanguageModelService; the same
     page, which asks /api/health which view to open."""
     app = FastAPI(
         title="transformer-mt", version=__version__, docs_url=None, redoc_url=None,
@@ -248,7 +248,7 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "auto",
-          checkpoint: str = "best", limits: Limits = Limits(), dtype: str = "float32",
+          checkpoint: str = "best", limits: TranslateLimits = TranslateLimits(), dtype: str = "float32",
           max_new_tokens: int = GenerateLimits.max_new_tokens) -> None:
     """Load the run (its weights in `dtype`: float32, bfloat16 or int8) and serve the
     page and the API of its kind until interrupted."""
@@ -261,12 +261,12 @@ def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, device: st
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
-def load_service(run: str | Path, device: str, checkpoint: str, limits: Limits, dtype: str,
+def load_service(run: str | Path, device: str, checkpoint: str, limits: TranslateLimits, dtype: str,
                  max_new_tokens: int) -> Service:
     """The service of the run's kind: a LanguageModelService for model.arch decoder_only
     (the generate view; float32 weights only), else a TranslationService."""
-    from transformer_mt.generation import LanguageModel
-    from transformer_mt.translator import Translator
+    from transformer_mt.inference.language_model import LanguageModel
+    from transformer_mt.inference.translator import Translator
 
     name = Path(run).name
     if RunDir(Path(run)).require().read_config().model.arch == "decoder_only":

@@ -1,4 +1,4 @@
-"""What the translation API (app.py) and the generate API (lm_api.py) share: the fields of
+"""What the translation API (app.py) and the generate API (language_model_api.py) share: the fields of
 /api/health that describe any served model, the answer of an explain request (equation 1 for one cell of an attention map: one implementation,
 inspection.equation_1, behind both) and the check of a one-line text field."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from transformer_mt.errors import UserError
-from transformer_mt.server.limits import TooLarge
+from transformer_mt.common.errors import UserError
+from transformer_mt.server.request_guards import TooLarge
 
 
 class HealthBase(BaseModel):

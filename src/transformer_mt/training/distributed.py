@@ -18,7 +18,7 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
-from transformer_mt.device import resolve_device
+from transformer_mt.common.device import resolve_device
 
 
 @dataclass(frozen=True)

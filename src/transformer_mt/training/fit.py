@@ -17,25 +17,21 @@ from typing import Callable, Iterator
 
 from torch import nn
 
-from transformer_mt.config import SECTIONS, Config, ConfigError, ModelConfig, replace
+from transformer_mt.common.config import SECTIONS, Config, ConfigError, ModelConfig, replace
 from transformer_mt.data.corpus_files import corpus_paths
 from transformer_mt.data.text_stream import load_or_train_text_tokenizer, text_paths
-from transformer_mt.data.tokenizer import Tokenizer
+from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
-from transformer_mt.device import reuse_freed_memory
-from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir, load_run_weights
+from transformer_mt.common.device import reuse_freed_memory
+from transformer_mt.common.errors import UserError
+from transformer_mt.runs.directory import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
-from transformer_mt.training.budget import BudgetTooShort, make_plan
-from transformer_mt.training.hooks import make_hooks
-from transformer_mt.training.language_modeling import LanguageModelTask
+from transformer_mt.training.language_model import LanguageModelTask
+from transformer_mt.training.plan import RESUMABLE, BudgetTooShort, make_plan
 from transformer_mt.training.trainer import RunContext, Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
 
 log = logging.getLogger("transformer_mt")
-
-
-PLAN_KEYS = ("max_steps", "budget_minutes", "max_seconds", "valid_every", "patience")  # a resume may change these
 
 
 def config_changes(given: Config, saved: Config) -> dict[str, tuple[object, object]]:
@@ -52,7 +48,7 @@ def config_changes(given: Config, saved: Config) -> dict[str, tuple[object, obje
 def resolve_run_config(cfg: Config | None, run: RunDir) -> Config:
     """A new run uses `cfg`; an existing run resumes with the config it was started with.
     Given with a config of its own, a resumed run takes from it what its plan may change
-    (PLAN_KEYS: how long it trains, how often it validates), one line each, old -> new; any
+    (plan.RESUMABLE: how long it trains, how often it validates), one line each, old -> new; any
     other difference (the model, the data, the learning rate) is refused: the checkpoint
     was trained with the saved values."""
     run.check_writable()
@@ -65,7 +61,7 @@ def resolve_run_config(cfg: Config | None, run: RunDir) -> Config:
         return saved
     changes = config_changes(cfg, saved)
     refused = [f"{key}={new} (trained with {old})" for key, (old, new) in changes.items()
-               if key.removeprefix("train.") not in PLAN_KEYS]
+               if key.removeprefix("train.") not in RESUMABLE]
     if refused:
         raise UserError(f"{run.root}: a resumed run keeps its config.yaml, so {', '.join(refused)} cannot apply; "
                         f"to train its weights with new settings, start a new --run with --init-from {run.root}")
@@ -166,7 +162,7 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
                 initialize_from(model, cfg)
             plan = make_plan(cfg.train, cfg.model.d_model, announce=ctx.is_main)
             context = RunContext(cfg, run, task, model, device, ctx.rank, ctx.world_size)
-            trainer = Trainer(context, plan, make_hooks(run, plan.averaged), progress, clock)
+            trainer = Trainer(context, plan, progress, clock)
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)

@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator, Protocol, TypeVar
 import torch
 from torch import nn
 
-from transformer_mt.config import Config, replace
-from transformer_mt.runs import RunDir
+from transformer_mt.common.config import Config, replace
+from transformer_mt.runs.directory import RunDir
 from transformer_mt.training.distributed import DistributedContext, barrier
 
 Prepared = TypeVar("Prepared")

@@ -5,6 +5,7 @@ checkpoints that resume exactly, in one process or many (DDP)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -12,26 +13,25 @@ import random
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from transformer_mt.config import Config
-from transformer_mt.device import autocast, resolve_precision
-from transformer_mt.errors import TrainingDiverged
-from transformer_mt.runs import (
-    RunDir, drop_metrics_after, latest_checkpoint, load_model_state, prune_checkpoints, save_checkpoint, save_weights,
+from transformer_mt.common.config import Config, TrainConfig
+from transformer_mt.common.device import autocast, resolve_precision
+from transformer_mt.common.errors import TrainingDiverged
+from transformer_mt.runs.directory import (
+    RunDir, average_weight_files, drop_metrics_after, drop_snapshots_after, latest_checkpoint, list_snapshots,
+    load_model_state, load_weights, prune_checkpoints, save_checkpoint, save_snapshot, save_weights,
 )
 from transformer_mt.training.distributed import (
     all_reduce_sum, broadcast_object, gather_objects, rank_seed, threads_of_waiting_ranks,
 )
-from transformer_mt.training.hooks import Hook
 from transformer_mt.training.loss import perplexity
-from transformer_mt.training.plan import Decision, Plan, TrainState
-from transformer_mt.training.schedule import Progress, make_optimizer, set_lr
+from transformer_mt.training.plan import Decision, Plan, Progress, TrainState
 from transformer_mt.training.task import Task
 
 log = logging.getLogger("transformer_mt")
@@ -89,6 +89,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Adam(beta1=0.9, beta2=0.98, eps=1e-9 in the paper, section 5.3); the plan sets the lr of
+    every step. With train.weight_decay > 0 it is AdamW (Loshchilov and Hutter, 2019): every
+    matrix shrinks by lr * weight_decay each step, apart from the gradient's update; biases and
+    LayerNorm gains (the 1-dimensional parameters) do not decay.
+
+    PyTorch's fused implementation updates every parameter in one kernel instead of a loop
+    over tensors: the same update within floating-point rounding
+    (tests/unit/test_schedule_loss.py), several times faster on a CPU."""
+    options = {"lr": 1.0, "betas": cfg.adam_betas, "eps": cfg.adam_eps, "fused": True}
+    if cfg.weight_decay == 0:
+        return torch.optim.Adam(params, **options)
+    params = list(params)
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], **options)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Make `lr` the learning rate of the optimizer's next step."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 class Trainer:
     """Trains a task's model and writes a run directory (see training/task.py for what a
     task provides; the loop knows nothing of translation), following a plan
@@ -100,11 +124,12 @@ class Trainer:
     (seeded by `rank_seed`) and its random states are saved as its own. Every rank takes
     rank 0's clock with each step's loss, so all take the plan's decisions together and none
     waits alone in an all-reduce. Only rank 0 writes files and validates; it hands its result
-    to the other ranks, so all reach the same early-stopping decisions. `hooks` are told of
-    each step, the end and a resume (training/hooks.py); `clock` (seconds) is rank 0's time
-    source for TrainState.elapsed."""
+    to the other ranks, so all reach the same early-stopping decisions. Where the plan averages
+    (plan.averaged > 0), the loop keeps snapshots at the plan's points and averages them at the
+    end (the averaging section below); `clock` (seconds) is rank 0's time source for
+    TrainState.elapsed."""
 
-    def __init__(self, context: RunContext, plan: Plan, hooks: Iterable[Hook] = (), progress: bool = True,
+    def __init__(self, context: RunContext, plan: Plan, progress: bool = True,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.cfg, self.run, self.task, self.device = context.cfg, context.run, context.task, context.device
         self.rank, self.world_size = context.rank, context.world_size
@@ -119,7 +144,8 @@ class Trainer:
         self.criterion = self.task.criterion(self.model)  # loss(logits, target, scale)
         self.batches = self.task.train_batches(self.cfg.train.seed, self.rank, self.world_size,
                                                self.cfg.train.accumulate)
-        self.plan, self.hooks, self.clock = plan, list(hooks), clock
+        self.plan, self.clock = plan, clock
+        self.newest_snapshot = -1  # the step of the last snapshot taken (averaging)
         self.state = TrainState()
         if self.rank > 0:  # after the model is built: every rank starts from the same weights
             seed_everything(rank_seed(self.cfg.train.seed, self.rank))
@@ -266,8 +292,9 @@ class Trainer:
         self._restore_rng(state["rng"], path)
         if self.rank == 0:
             drop_metrics_after(self.run.metrics, self.state.step)
-        for hook in self.hooks:
-            hook.on_resume(self)
+        if self.plan.averaged and self.rank == 0:
+            # snapshots newer than the checkpoint belong to steps the resumed run takes again
+            drop_snapshots_after(self.run.snapshots, self.state.step)
         return True
 
     def _restore_rng(self, states: list[dict], path) -> None:
@@ -280,6 +307,46 @@ class Trainer:
             set_rng_state(states[self.rank])
         else:
             seed_everything(rank_seed(self.cfg.train.seed + self.state.step, self.rank))
+
+    # ---- averaging (paper section 6.1), where the plan asks for it (rank 0 writes) ----
+    def snapshot(self) -> None:
+        """Keep the weights (no optimizer state) for averaging, the newest plan.averaged kept
+        in run/snapshots/."""
+        if self.rank == 0:
+            save_snapshot(self.model, self.run.snapshots, self.state.step, keep_last=self.plan.averaged)
+            self.newest_snapshot = self.state.step
+
+    def average(self) -> None:
+        """The paper's checkpoint averaging ("averaging the last 5 checkpoints, which were written
+        at 10-minute intervals"), done as training goes: the element-wise mean of the last
+        plan.averaged snapshots, the final step's included, becomes average.safetensors. The
+        `average` command averages the same files after the fact."""
+        if self.rank != 0:
+            return
+        if self.newest_snapshot != self.state.step:
+            self.snapshot()
+        used = list_snapshots(self.run.snapshots)[-self.plan.averaged:]
+        average_weight_files(copy.deepcopy(self.model), used, self.run.average, self.run.config)
+        log.info("averaged the weights of steps %s into %s",
+                 ", ".join(p.stem.removeprefix("step_") for p in used), self.run.average)
+
+    def prefer_average(self) -> None:
+        """Validate average.safetensors; where it beats the best validated checkpoint on the
+        task's selection metric, it becomes best.safetensors, the run's default model (what
+        translate, evaluate, serve and export load). Logged as an "average" event."""
+        if self.rank != 0 or not self.run.average.is_file() or self.state.best is None:
+            return
+        model = copy.deepcopy(self.model)
+        load_weights(model, self.run.average)
+        result = self.task.validate(model, self.device, self.precision)
+        metric, best = self.task.selection.metric, self.state.best
+        wins = self.task.selection.better(result[metric], best)
+        self.log({"event": "average", "step": self.state.step, **result, "best": wins})
+        if wins:
+            save_weights(model, self.run.best)
+            self.state.best = result[metric]
+        log.info("validation %s: average %.4g, best checkpoint %.4g; best.safetensors holds the %s",
+                 metric, result[metric], best, "average" if wins else "checkpoint")
 
     # ---- the loop -----------------------------------------------------------------
     def _out_of_patience(self) -> bool:
@@ -315,8 +382,8 @@ class Trainer:
                           "ppl": perplexity(stats["loss"]), "lr": stats["lr"], "tokens_per_s": tok_s,
                           "elapsed": self.state.elapsed})
                 window_tokens, window_start = 0, time.perf_counter()
-            for hook in self.hooks:
-                hook.after_step(self, decision)
+            if decision.snapshot and self.plan.averaged:
+                self.snapshot()
             if decision.validate:
                 self._validation_point(origin)
                 validated = self.state.step
@@ -324,8 +391,9 @@ class Trainer:
         if self.state.step != validated:
             self.check_finite(stats["loss"])
             self._validation_point(origin)
-        for hook in self.hooks:
-            hook.at_end(self)
+        if self.plan.averaged:
+            self.average()
+            self.prefer_average()
         bar.close()
         if self._writer is not None:
             self._writer.close()

@@ -12,24 +12,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_mt.config import Config
+from transformer_mt.common.config import Config
 from transformer_mt.data.batching import Batch, BatchStream
 from transformer_mt.data.corpus_files import corpus_paths
-from transformer_mt.data.prepare import Limits, PreparedData, prepare_corpus, require_prepared
+from transformer_mt.data.prepare import PairLimits, PreparedData, prepare_corpus, require_prepared
 from transformer_mt.data.specials import PAD_ID
-from transformer_mt.data.tokenizer import Tokenizer
-from transformer_mt.data.tokenizers import vocab_sizes
+from transformer_mt.data.tokenizers.protocol import Tokenizer
+from transformer_mt.data.tokenizers.registry import vocab_sizes
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
-from transformer_mt.device import autocast, resolve_precision
-from transformer_mt.evaluation import score
-from transformer_mt.files import atomic_path
+from transformer_mt.common.device import autocast, resolve_precision
+from transformer_mt.common.evaluation import score
+from transformer_mt.common.files import atomic_path
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder, build_model
-from transformer_mt.runs import RunDir, list_checkpoints
+from transformer_mt.runs.directory import RunDir, list_checkpoints
 from transformer_mt.training.distributed import DistributedContext
 from transformer_mt.training.loss import LabelSmoothingLoss, perplexity
 from transformer_mt.training.task import Selection, prepare_on_rank_0, with_vocab_sizes
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translator import Translator
 
 log = logging.getLogger("transformer_mt")
 
@@ -74,7 +74,7 @@ class TranslationTask:
         files, the other ranks wait and map the same ones. The task's config has the
         vocabulary sizes filled in; config.yaml is written last, once everything before
         it succeeded."""
-        limits = Limits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1, cfg.data.train_pairs)
+        limits = PairLimits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1, cfg.data.train_pairs)
 
         def make() -> tuple[Tokenizer, PreparedData]:
             paths = corpus_paths(cfg.data, run.data, cfg.train.seed)

@@ -3,7 +3,7 @@ positional encodings, masks, learning-rate schedule, label smoothing, training c
 attention heatmaps. Each `*_figure` function returns a Figure; `save_figure` writes it as
 PNG or SVG."""
 
-from transformer_mt.inspection import ATTENTION_KINDS as KINDS
+from transformer_mt.inference.translation_inspection import ATTENTION_KINDS as KINDS
 from transformer_mt.viz.attention import (
     AttentionMaps,
     attention_grid_figure,

@@ -13,8 +13,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_mt.inspection import AttentionMaps
-from transformer_mt.translator import Translator
+from transformer_mt.inference.translation_inspection import AttentionMaps
+from transformer_mt.inference.translator import Translator
 from transformer_mt.viz.figure import new_figure
 
 TITLES = {

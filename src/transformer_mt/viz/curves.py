@@ -10,8 +10,8 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_mt.errors import UserError
-from transformer_mt.runs import RunDir, read_events
+from transformer_mt.common.errors import UserError
+from transformer_mt.runs.directory import RunDir, read_events
 from transformer_mt.viz.figure import new_figure
 
 

@@ -13,7 +13,7 @@ import torch
 from matplotlib.figure import Figure
 
 from transformer_mt.data.specials import SPECIAL_IDS, UNK_ID
-from transformer_mt.runs import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model
 from transformer_mt.viz.figure import new_figure
 
 

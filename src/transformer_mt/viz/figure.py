@@ -14,8 +14,8 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
 
-from transformer_mt.errors import UserError  # noqa: E402
-from transformer_mt.files import atomic_path, check_writable_file  # noqa: E402
+from transformer_mt.common.errors import UserError  # noqa: E402
+from transformer_mt.common.files import atomic_path, check_writable_file  # noqa: E402
 
 DPI = 100
 FORMATS = (".png", ".svg")

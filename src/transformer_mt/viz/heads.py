@@ -17,12 +17,12 @@ from matplotlib.figure import Figure
 
 from transformer_mt.data.corpus import read_parallel
 from transformer_mt.data.specials import BOS_ID, PAD_ID
-from transformer_mt.evaluation import score
-from transformer_mt.inspection import ATTENTION_KINDS
+from transformer_mt.common.evaluation import score
+from transformer_mt.inference.translation_inspection import ATTENTION_KINDS
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.recording import ablate_heads, record_attention
-from transformer_mt.runs import RunDir
-from transformer_mt.translator import Translator
+from transformer_mt.runs.directory import RunDir
+from transformer_mt.inference.translator import Translator
 from transformer_mt.viz.figure import new_figure
 
 

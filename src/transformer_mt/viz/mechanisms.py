@@ -1,6 +1,6 @@
 """Figures of the paper's mechanisms, drawn from the functions the model and its training
 use: positional encodings, attention masks (model/), the learning-rate schedule and label
-smoothing (paper_equations.py, which training builds on)."""
+smoothing (common/paper_equations.py, which training builds on)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from transformer_mt.data.corpus import read_lines
 from transformer_mt.data.toy_corpora import number_pair
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.masks import padding_mask, subsequent_mask
-from transformer_mt.paper_equations import rate, smoothed_distribution
-from transformer_mt.runs import RunDir
+from transformer_mt.common.paper_equations import rate, smoothed_distribution
+from transformer_mt.runs.directory import RunDir
 from transformer_mt.viz.figure import new_figure
 
 PAD_PIECE = "<pad>"

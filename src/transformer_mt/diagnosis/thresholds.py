@@ -1,0 +1,44 @@
+"""Every threshold the doctor's checks use, in one place, each with the reason for its value.
+
+A finding is reported when a measured value crosses its threshold. The values are chosen from
+what docs/ablations.md measured on the study notes' model and the toolkit's own recipes:
+far enough from a healthy run that it never fires there, near enough to the notes' model
+that it fires on its causes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A threshold and why it has that value."""
+
+    value: float
+    reason: str
+
+
+EMBEDDING_SCALE = Threshold(4.0, "a scaled token embedding 4 times the positional encoding's RMS leaves the positions "
+                             "1/17 of the sum's energy; the notes' N(0, 1) x sqrt(128) is 16 times (11.3 against "
+                             "0.71), Xavier 0.25, N(0, 1/d_model) 1.4")
+CLONED = Threshold(0.9, "independently drawn matrices correlate near 0 (|r| < 0.05 for d_model 32 and up) and stay far "
+                    "below 0.9 in training; copy.deepcopy without a re-draw gives exactly 1")
+MEMORIZATION = Threshold(1.0, "validation loss more than 1 nat above the training loss: the model gives its training "
+                          "targets e = 2.7 times the probability it gives unseen ones")
+UNKNOWN_WORDS = Threshold(0.01, "1% of tokens unknown puts an unknown word in about one sentence of eight (13 words a "
+                            "sentence); a subword vocabulary has none")
+SOURCE_IGNORED_SHARE = Threshold(0.5, "half the hypotheses identical to the hypothesis of another, different source")
+SOURCE_IGNORED_GAIN = Threshold(0.05, "the right source lowers the loss by less than 5% against a shuffled one; a model "
+                                  "that reads its source lowers it by half or more")
+LENGTH_LOW = Threshold(0.8, "hypotheses 20% shorter than the references: BLEU's brevity penalty alone costs 22%")
+LENGTH_HIGH = Threshold(1.25, "hypotheses 25% longer than the references")
+REPETITION = Threshold(0.05, "more than 5% of hypotheses repeat a word pair 3 times or end at the length limit; "
+                         "captions and news sentences almost never do")
+TRUNCATION = Threshold(0.01, "more than 1% of the training pairs dropped by data.max_len or data.max_len_ratio")
+TIED_SCALE = Threshold(3.0, "logits of a tied output layer with a standard deviation above 3 at the start (sqrt(d_model) "
+                        "x the embedding's RMS): the first softmax puts almost all mass on a few random tokens; "
+                        "N(0, 1) embeddings at d_model 128 give 11.3, Xavier 0.2, N(0, 1/d_model) 1")
+UNIGRAM = Threshold(0.9, "a final training loss above 90% of the target unigram entropy: the model predicts word "
+                     "frequencies and little else")
+UNDERTRAINED_BLEU = Threshold(0.5, "validation BLEU rose by more than 0.5 over the last validation interval")
+UNDERTRAINED_LOSS = Threshold(0.01, "validation loss fell by more than 1% over the last validation interval")
