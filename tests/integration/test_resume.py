@@ -63,27 +63,53 @@ def test_killed_run_resumes_bit_identically(tmp_path: Path) -> None:
 
 
 WRITER = """
-import sys, torch
+import os, signal, sys, torch
 from pathlib import Path
 from transformer_mt.runs.directory import save_checkpoint
-state = {"w": torch.randn(4_000_000)}
-for step in range(1000):
-    save_checkpoint(state, Path(sys.argv[1]) / f"step_{step}.pt")
+
+class KilledHalfway:
+    '''The file torch.save writes a checkpoint into: once `half` bytes of it have been written
+    and flushed to the file save_checkpoint opened, the process SIGKILLs itself, inside the write.'''
+
+    def __init__(self, handle, half):
+        self.handle, self.left = handle, half
+
+    def write(self, data):
+        data = memoryview(data).cast("B")
+        if len(data) >= self.left:
+            self.handle.write(data[:self.left])
+            self.handle.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.left -= len(data)
+        return self.handle.write(data)
+
+    def flush(self):
+        self.handle.flush()
+
+state, folder = {"w": torch.randn(4_000_000)}, Path(sys.argv[1])
+for step in range(3):
+    save_checkpoint(state, folder / f"step_{step}.pt")
+half = (folder / "step_0.pt").stat().st_size // 2
+save = torch.save
+torch.save = lambda obj, handle, *args, **kwargs: save(obj, KilledHalfway(handle, half), *args, **kwargs)
+save_checkpoint(state, folder / "step_3.pt")
+sys.exit("not killed inside the write of step_3.pt")
 """
 
 
 def test_a_killed_save_leaves_only_complete_checkpoints(tmp_path: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)])
-    deadline = time.time() + 120
-    while len(list_checkpoints(tmp_path)) < 3 and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.013)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    """SIGKILL halfway through writing step_3.pt (the writer kills itself from inside the write,
+    so the kill cannot land before or after it): that half is on disk, in a file that is not a
+    checkpoint, and the checkpoints are the three complete ones."""
+    process = subprocess.run([sys.executable, "-c", WRITER, str(tmp_path)], capture_output=True, text=True,
+                             timeout=120)
+    assert process.returncode == -signal.SIGKILL, process.stderr
     found = list_checkpoints(tmp_path)
-    assert len(found) >= 3
+    assert [path.name for path in found] == ["step_0.pt", "step_1.pt", "step_2.pt"]
     for path in found:
         assert load_checkpoint(path)["w"].numel() == 4_000_000
+    (partial,) = set(tmp_path.iterdir()) - set(found)  # the write the kill cut short
+    assert "step_3.pt" in partial.name and partial.stat().st_size == found[0].stat().st_size // 2
 
 
 def test_a_resume_takes_a_longer_plan_and_refuses_a_new_recipe(tiny_run: Path, tmp_path: Path, capsys) -> None:

@@ -46,17 +46,20 @@ def test_train_speed_steps_both_models_at_the_same_small_learning_rate(impl: str
     assert bench.LR * 0.5 < largest <= bench.LR * 1.001
 
 
-def test_train_speed_profile_counts_the_matrix_products_and_only_them() -> None:
+def test_train_speed_profile_counts_the_matrix_products_and_only_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """--profile's matmul seconds: a step of k 512 x 512 products and a 50 ms sleep (work that
-    is not a product) is charged the products' time and not the sleep: three times the products,
-    about three times the seconds (compared within one profiler, not against a wall clock, and
-    the least of three measurements, which a busy host makes noisy); the bound is nn.Transformer's step over ours' products."""
+    is not a product) is charged the products' time and not the sleep: the seconds charged are
+    at most the profiled steps' wall clock less their sleeps (however slow the host: the sleeps
+    and the products do not overlap), and three times the products are about three times the
+    seconds (compared within one profiler, the least of three measurements, which a busy host
+    makes noisy); the bound is nn.Transformer's step over ours' products."""
     import time
 
     import torch
     from torch import nn
 
     bench = load_benchmark("train_speed")
+    sleep, steps = 0.05, 3  # seconds a step sleeps; steps profiled (after 1 warmup step)
 
     class Batch:
         def to(self, device):
@@ -69,15 +72,31 @@ def test_train_speed_profile_counts_the_matrix_products_and_only_them() -> None:
             self.weight = nn.Parameter(torch.randn(512, 512) / 512)
 
         def loss(self, batch, autocast) -> torch.Tensor:
-            time.sleep(0.05)
+            time.sleep(sleep)
             # each product: forward mm; backward: mm for the weight's gradient only
             return sum((torch.randn(512, 512) @ self.weight).sum() for _ in range(self.k))
 
+    walls = []  # the wall clock of each profiled run of steps, measured inside the profiler
+    profile = bench.seconds_in_products
+
+    def clocked_profile(work):
+        def clocked_work():
+            start = time.perf_counter()
+            work()
+            walls.append(time.perf_counter() - start)
+        return profile(clocked_work)
+
+    monkeypatch.setattr(bench, "seconds_in_products", clocked_profile)
     torch.manual_seed(0)
-    # the least of three measurements of 3 steps each: a busy host only ever adds time
-    seconds = {k: min(bench.matmul_seconds(Products(k), [Batch()] * 4, "fp32", warmup=1) for _ in range(3)) / 3
+    charged = {k: [bench.matmul_seconds(Products(k), [Batch()] * (1 + steps), "fp32", warmup=1) for _ in range(3)]
                for k in (1, 3)}
-    assert 0 < seconds[1] < seconds[3] < 0.05
+    assert len(walls) == 6
+    for (k, seconds), wall in zip([(k, s) for k in (1, 3) for s in charged[k]], walls):
+        assert 0 < seconds <= wall - steps * sleep, f"k={k}: {seconds:.4f} s charged of {wall:.4f} s, " \
+                                                    f"{steps * sleep:.2f} s of it asleep"
+    # the least of three measurements of 3 steps each: a busy host only ever adds time
+    seconds = {k: min(charged[k]) / steps for k in (1, 3)}
+    assert seconds[1] < seconds[3]
     assert 1.5 < seconds[3] / seconds[1] < 6
 
     rows = [{"impl": "ours", "preset": "small", "dtype": "bf16", "tokens_per_s": 3000.0, "step_ms": 800.0,

@@ -16,7 +16,7 @@ import typing
 from typing import Any, Callable, NoReturn, Sequence
 
 from transformer_mt import __version__
-from transformer_mt.common.config import SECTIONS, ConfigError, config_from_dict, parse_override
+from transformer_mt.common.config import CHECKPOINT_CHOICES, SECTIONS, ConfigError, config_from_dict, parse_override
 from transformer_mt.common.errors import USER_ERRORS
 
 COMMAND_MODULES = ("train", "translate", "generate", "plot", "serve", "data", "interop", "doctor")
@@ -122,3 +122,34 @@ def add_option_flag(parser: argparse.ArgumentParser, key: str, flag: str, defaul
     parser.add_argument(flag, dest=name, type=option_value(key), metavar=name.upper(),
                         help=f"{help_text} Default: {default} {key}.")
 
+
+
+# ---- the flags several commands share: one definition each -----------------------------
+def add_checkpoint_flag(parser: argparse.ArgumentParser) -> None:
+    """--checkpoint: which weights of a run a command loads (best by default, everywhere)."""
+    parser.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
+                        help="best (default), last step checkpoint, or average.safetensors")
+
+
+def add_device_flag(parser: argparse.ArgumentParser, default: str = "auto") -> None:
+    """--device: where the model runs. Commands that serve or translate use the fastest device
+    (auto); the figures' commands draw one sentence or a sample, and default to the CPU."""
+    parser.add_argument("--device", default=default, help=f"{default} (default), auto, cpu, cuda, cuda:1 ...")
+
+
+def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
+    """--dtype: the weights a run decodes with (runs/quantize.py)."""
+    from transformer_mt.runs.quantize import DTYPES
+
+    parser.add_argument("--dtype", default="float32", metavar="{" + ",".join(DTYPES) + "}",
+                        help="weights in float32 (default), bfloat16, or int8: int8 Linear layers with "
+                             "float32 activations, on the CPU")
+
+
+def add_tokenize_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """--tokenize: sacreBLEU's tokenization for BLEU (`what` says which BLEU)."""
+    from transformer_mt.common.evaluation import BLEU_TOKENIZERS
+
+    parser.add_argument("--tokenize", choices=BLEU_TOKENIZERS, default="13a",
+                        help=f"sacreBLEU tokenization for {what} (default 13a, as in training validation; "
+                             "char for one-word outputs such as the demo's)")

@@ -12,9 +12,8 @@ import json
 import logging
 import sys
 
-from transformer_mt.cli import path_arg, positive_int
+from transformer_mt.cli import add_checkpoint_flag, add_device_flag, path_arg, positive_int
 from transformer_mt.data.corpus import decode_line, read_lines
-from transformer_mt.runs.directory import CHECKPOINT_CHOICES
 
 log = logging.getLogger("transformer_mt")
 
@@ -37,9 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--top-p", type=float, help="sample from the nucleus of probability P, 0 < P <= 1")
     generate.add_argument("--seed", type=int, default=0, help="seed of the sampling, 0 to 2^64 - 1 (the same seed, "
                           "the same text)")
-    generate.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
-                          help="best (default), last step checkpoint, or average.safetensors")
-    generate.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1 ...")
+    add_checkpoint_flag(generate)
+    add_device_flag(generate)
     generate.set_defaults(func=run_generate)
 
 

@@ -11,7 +11,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from transformer_mt.cli import add_option_flag, path_arg, positive_int
+from transformer_mt.cli import add_checkpoint_flag, add_device_flag, add_option_flag, add_tokenize_flag, path_arg, positive_int
 from transformer_mt.common.errors import UserError
 
 log = logging.getLogger("transformer_mt")
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     embeddings = figure("embeddings", "the joint subword embeddings of a run, projected to 2-D (PCA)")
     embeddings.add_argument("run", type=path_arg, help="run directory")
     embeddings.add_argument("--labels", type=positive_int, default=60, help="pieces labelled (default: 60)")
-    embeddings.add_argument("--checkpoint", default="best", choices=("best", "last", "average"), help="weights")
+    add_checkpoint_flag(embeddings)
     embeddings.set_defaults(func=plot_embeddings)
     heads = figure("heads", "per head: attention entropy over the validation set; --ablate: BLEU change without it")
     heads.add_argument("run", type=path_arg, help="run directory")
@@ -50,10 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="validation sentences used (default: 200)")
     heads.add_argument("--ablate", action="store_true",
                        help="also translate them once per head with that head silenced (slower)")
-    heads.add_argument("--tokenize", choices=("13a", "intl", "char", "none"), default="13a",
-                       help="sacreBLEU tokenization for --ablate (default 13a; char for one-word outputs, "
-                            "such as the demo's)")
-    heads.add_argument("--device", default="cpu", help="cpu (default), cuda, auto ...")
+    add_tokenize_flag(heads, "--ablate's BLEU")
+    add_device_flag(heads, default="cpu")
     heads.set_defaults(func=plot_heads)
     masks = figure("masks", "the subsequent mask and the padding mask of a real batch")
     masks.add_argument("--run", type=path_arg, help="take the batch from this run's validation text and tokenizer")
@@ -79,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     attention.add_argument("--layer", type=positive_int, help="only this layer (from 1; needs --head)")
     attention.add_argument("--head", type=positive_int, help="only this head (from 1; needs --layer)")
     add_option_flag(attention, "decode.beam", "--beam")
-    attention.add_argument("--device", default="cpu", help="cpu (default), cuda, auto ...")
+    add_device_flag(attention, default="cpu")
     attention.set_defaults(func=plot_attention)
 
 

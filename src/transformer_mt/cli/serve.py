@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from transformer_mt.cli import path_arg, positive_int
+from transformer_mt.cli import add_checkpoint_flag, add_device_flag, add_dtype_flag, path_arg, positive_int
 from transformer_mt.common.errors import UserError
-from transformer_mt.runs.quantize import DTYPES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,10 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("run", type=path_arg, help="run directory")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    serve.add_argument("--device", default="auto", help="auto, cpu, cuda ...")
-    serve.add_argument("--checkpoint", default="best", choices=("best", "last", "average"), help="weights to load")
-    serve.add_argument("--dtype", default="float32", metavar="{" + ",".join(DTYPES) + "}",
-                       help="weights in float32 (default), bfloat16, or int8 (CPU): see translate --help")
+    add_device_flag(serve)
+    add_checkpoint_flag(serve)
+    add_dtype_flag(serve)
     serve.add_argument("--max-chars", type=positive_int, default=2000, help="characters per request (default: 2000)")
     serve.add_argument("--max-sentences", type=positive_int, default=32, help="sentences per request (default: 32)")
     serve.add_argument("--max-beam", type=positive_int, default=8, help="largest beam a request may ask (default: 8)")

@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from transformer_mt.cli import add_option_flag, path_arg, positive_int
+from transformer_mt.cli import (
+    add_checkpoint_flag, add_device_flag, add_dtype_flag, add_option_flag, add_tokenize_flag, path_arg, positive_int,
+)
 from transformer_mt.data.corpus import decode_line, read_lines
 from transformer_mt.common.device import resolve_precision, reuse_freed_memory
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_open, check_writable_file
-from transformer_mt.runs.quantize import DTYPES
-from transformer_mt.runs.directory import CHECKPOINT_CHOICES, RunDir, list_checkpoints
+from transformer_mt.runs.directory import RunDir, list_checkpoints
 
 log = logging.getLogger("transformer_mt")
 
@@ -35,12 +36,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     add_option_flag(parser, "decode.beam", "--beam")
     add_option_flag(parser, "decode.length_penalty", "--length-penalty")
     add_option_flag(parser, "decode.batch_tokens", "--batch-tokens")
-    parser.add_argument("--checkpoint", choices=CHECKPOINT_CHOICES, default="best",
-                        help="best (default), last step checkpoint, or average.safetensors")
-    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1 ...")
-    parser.add_argument("--dtype", default="float32", metavar="{" + ",".join(DTYPES) + "}",
-                        help="weights in float32 (default), bfloat16, or int8: int8 Linear layers with "
-                             "float32 activations, on the CPU")
+    add_checkpoint_flag(parser)
+    add_device_flag(parser)
+    add_dtype_flag(parser)
     add_option_flag(parser, "decode.precision", "--precision")
     add_option_flag(parser, "decode.engine", "--engine")
 
@@ -75,9 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="a language-model run: the text to score (one line per sentence)")
     evaluate.add_argument("--lowercase-tokenized", action="store_true",
                           help="also report BLEU on lowercased, 13a-tokenized text")
-    evaluate.add_argument("--tokenize", choices=("13a", "intl", "char", "none"), default="13a",
-                          help="sacreBLEU tokenization for BLEU (default 13a, as in training validation; "
-                               "char for one-word outputs such as the demo's)")
+    add_tokenize_flag(evaluate, "BLEU")
     evaluate.add_argument("--hyp", type=path_arg, help="also write the translations to this file")
     evaluate.add_argument("--json", action="store_true", help="last stdout line: the scores as JSON")
     evaluate.set_defaults(func=run_evaluate)

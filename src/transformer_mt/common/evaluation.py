@@ -23,6 +23,8 @@ class Scores:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
+BLEU_TOKENIZERS = ("13a", "intl", "char", "none")  # sacreBLEU tokenizations BLEU may be computed with
+
 def score(
     hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False, tokenize: str = "13a"
 ) -> Scores:

@@ -117,6 +117,7 @@ class Translator:
     def __init__(
         self, model: EncoderDecoder, tokenizer: Tokenizer, defaults: DecodeConfig, device: torch.device,
         engine: "CTranslate2Engine | None" = None,
+        no_engine_because: str = "this Translator was made without one (Translator.from_run loads it)",
     ) -> None:
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -124,7 +125,8 @@ class Translator:
         self.device = device
         self.int8 = is_int8(model)  # int8 Linear layers take float32 activations: no bf16 autocast
         self.max_source = model.positional.max_positions - 1  # room for eos
-        self.engine = engine  # CTranslate2, where decode.engine allows it (from_run); torch otherwise
+        self.engine = engine  # CTranslate2 where the run can have it (from_run); None: torch only
+        self.no_engine_because = no_engine_because  # why there is no CTranslate2 engine, for decode.engine
         self._fallbacks_said: set[str] = set()
 
     @classmethod
@@ -149,15 +151,14 @@ class Translator:
         run = RunDir(Path(path))
         cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
         defaults = decode_settings(cfg.decode, **decode_overrides)
-        engine = None
-        if defaults.engine == "ctranslate2" and dtype != "float32":
-            raise UserError(f"decode.engine is ctranslate2, but the weights are {dtype} (CTranslate2 gives torch's "
-                            "outputs from float32 weights only); use decode.engine auto or torch")
-        if defaults.engine != "torch" and dtype == "float32":
-            from transformer_mt.interop import ctranslate2_engine
+        engine, no_engine_because = None, "decode.engine is torch"
+        if defaults.engine != "torch":
+            from transformer_mt.interop.ctranslate2_engine import load_engine, refused
 
-            engine = ctranslate2_engine.engine_for(run, checkpoint, cfg, model, tokenizer, defaults.engine)
-        return cls(prepare_model(model, dtype), tokenizer, defaults, resolve_device(device), engine)
+            engine, no_engine_because = load_engine(run, checkpoint, cfg, model, tokenizer, dtype)
+            if defaults.engine == "ctranslate2" and no_engine_because:  # said at once, not at the first search
+                raise refused(no_engine_because)
+        return cls(prepare_model(model, dtype), tokenizer, defaults, resolve_device(device), engine, no_engine_because)
 
     def settings(self, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
         """This translator's defaults with the changes of one call (see `decode_settings`);
@@ -182,7 +183,7 @@ class Translator:
         ids = self.encode_sources(lines, settings.unknown_words)
         found: list[list[tuple[list[int], float, bool]]] = [[] for _ in lines]
         precision = resolve_precision(settings.precision, self.device)
-        engine = self._engine_for(settings, nbest, precision)
+        engine = self.engine_for(settings, nbest, precision)
         with torch.inference_mode(), autocast(self.device, precision):
             for batch in self._batches(ids, settings.batch_tokens):
                 sources = [ids[i] for i in batch]
@@ -197,14 +198,15 @@ class Translator:
                     found[i] = row
         return [[self._hypothesis(*h) for h in row] if row else [EMPTY] for row in found]
 
-    def _engine_for(self, settings: DecodeConfig, nbest: int, precision: str) -> "CTranslate2Engine | None":
-        """The CTranslate2 engine where `settings` let it give torch's outputs (None: torch).
-        decode.engine ctranslate2 refuses settings it cannot map; auto says once why it uses torch."""
-        if self.engine is None or settings.engine == "torch":
+    def engine_for(self, settings: DecodeConfig, nbest: int, precision: str) -> "CTranslate2Engine | None":
+        """The one place that chooses what searches a call (decode.engine): CTranslate2 where the run
+        has an engine and `settings` let it give torch's outputs, else torch (None). decode.engine
+        ctranslate2 refuses what it cannot map; auto says once why it uses torch."""
+        if settings.engine == "torch" or (self.engine is None and settings.engine == "auto"):
             return None
-        from transformer_mt.interop.ctranslate2_engine import mismatch
+        from transformer_mt.interop.ctranslate2_engine import mismatch, refused
 
-        reason = mismatch(settings, nbest, self.device, precision)
+        reason = self.no_engine_because if self.engine is None else mismatch(settings, nbest, self.device, precision)
         if reason is None:
             try:
                 self.engine.translator()  # exported on first use
@@ -212,9 +214,10 @@ class Translator:
             except UserError as err:  # a run folder that cannot be written, say
                 if settings.engine == "ctranslate2":
                     raise
-                self.engine, reason = None, str(err)
+                self.engine, self.no_engine_because = None, str(err)
+                reason = self.no_engine_because
         if settings.engine == "ctranslate2":
-            raise UserError(f"decode.engine is ctranslate2, but {reason}; use decode.engine auto or torch")
+            raise refused(reason)
         if reason not in self._fallbacks_said:
             self._fallbacks_said.add(reason)
             log.info("decoding with torch, not CTranslate2: %s", reason)

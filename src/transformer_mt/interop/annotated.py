@@ -42,13 +42,10 @@ checkpoint's, an existing --run."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import re
 import zipfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +57,11 @@ from transformer_mt.data.tokenizers.word_vocab import (WORD_VOCAB, WordVocabToke
                                                       check_vocabulary, our_rows)
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_write_text, read_json_file
-from transformer_mt.interop.folders import check_new_run, write_folder
+from transformer_mt.interop.folders import check_new_run
+from transformer_mt.interop.imported import import_time, sha256_of, write_imported_run
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.transformer import NEVER_LOGIT, build_model
-from transformer_mt.runs.directory import RunDir, save_weights
+from transformer_mt.runs.directory import RunDir
 from transformer_mt.runs.tensor_checks import refuse_non_finite_load, unreadable_reason
 
 log = logging.getLogger("transformer_mt")
@@ -101,14 +99,9 @@ def import_annotated(checkpoint: str | Path, run_dir: str | Path, heads: int, so
     model = build_model(cfg.model)
     model.load_state_dict(our_state(state, sizes, source_vocab, target_vocab), strict=True)
 
-    def fill(tmp_root: Path) -> None:
-        tmp = RunDir(tmp_root)
-        atomic_write_text(tmp.root / WORD_VOCAB, tokenizer.to_json())
-        tmp.write_config(cfg)
-        save_weights(model, tmp.best)
-        write_provenance(tmp, path, found, heads, max_len, vocab_origin or {})
-
-    write_folder(root.resolve(), fill, "--run")
+    record, readme = provenance(path, found, heads, max_len, vocab_origin or {})
+    write_imported_run(root, cfg, model, lambda out: atomic_write_text(out / WORD_VOCAB, tokenizer.to_json()),
+                       record, readme)
     log.info("imported %s into %s: %d+%d layers, d_model %d, d_ff %d, %d heads, %d source and %d target words",
              path, root, sizes["encoder_layers"], sizes["decoder_layers"], sizes["d_model"], sizes["d_ff"], heads,
              len(source_vocab), len(target_vocab))
@@ -310,22 +303,21 @@ def stored_positions(state: dict[str, torch.Tensor], path: Path) -> int:
     return rows
 
 
-def write_provenance(run: RunDir, path: Path, found: dict[str, Any], heads: int, max_len: int,
-                     vocab_origin: dict[str, Any]) -> None:
+def provenance(path: Path, found: dict[str, Any], heads: int, max_len: int,
+               vocab_origin: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """imported.json (where the run came from, the epoch and training loss the checkpoint
     carried, its digest) and README.md."""
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = import_time()
     record = {
         "format": "annotated-transformer", "checkpoint": str(path.resolve()), "imported": when,
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "sha256": sha256_of([path])[path.name],
         "epoch": _number(found.get("epoch")), "loss": _number(found.get("loss")), "heads": heads,
         "max_len": max_len, "vocabularies": vocab_origin,
         "rows": "ours 0 (pad) <- <pad>, 1 (unk) <- <unk> or a row of our own (never emitted), 2 (bos) <- <sos>, "
                 "3 (eos) <- <eos>, 4.. <- their other ids in order",
     }
-    atomic_write_text(run.root / "imported.json", json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-    atomic_write_text(run.root / "README.md", f"Imported from {path} (an Annotated Transformer checkpoint) by "
-                                              f"`transformer-mt import annotated` on {when}; see imported.json.\n")
+    return record, (f"Imported from {path} (an Annotated Transformer checkpoint) by "
+                    f"`transformer-mt import annotated` on {when}; see imported.json.\n")
 
 
 def _number(value: Any) -> float | int | None:

@@ -43,20 +43,25 @@ from transformer_mt.runs.directory import RunDir
 log = logging.getLogger("transformer_mt")
 
 
-def engine_for(run: RunDir, checkpoint: str, cfg: Config, model: EncoderDecoder, tokenizer: Tokenizer,
-               engine: str) -> CTranslate2Engine | None:
-    """The engine of a run's float32 model for decode.engine `engine` (auto or ctranslate2):
-    None where auto finds CTranslate2 not installed or the model not exportable, which
-    ctranslate2 refuses in one line instead."""
+def load_engine(run: RunDir, checkpoint: str, cfg: Config, model: EncoderDecoder, tokenizer: Tokenizer,
+                dtype: str) -> tuple[CTranslate2Engine | None, str | None]:
+    """The engine of a run's model, or None and why it cannot have one: weights other than
+    float32, CTranslate2 not installed, a model CTranslate2 cannot hold. Which engine searches
+    a given call is decided by `Translator.engine_for`."""
+    if dtype != "float32":
+        return None, f"the weights are {dtype} (CTranslate2 gives torch's outputs from float32 weights only)"
     try:
         if importlib.util.find_spec("ctranslate2") is None:  # installed: imported at its first search, not here
             import_ctranslate2()  # its one line on how to install it
         check_exportable(cfg, tokenizer)
     except UserError as err:
-        if engine == "ctranslate2":
-            raise UserError(f"decode.engine is ctranslate2, but {err}; use decode.engine auto or torch") from None
-        return None
-    return CTranslate2Engine(run, checkpoint, cfg, model, tokenizer)
+        return None, str(err)
+    return CTranslate2Engine(run, checkpoint, cfg, model, tokenizer), None
+
+
+def refused(reason: str) -> UserError:
+    """decode.engine ctranslate2 where CTranslate2 cannot give torch's outputs: one line."""
+    return UserError(f"decode.engine is ctranslate2, but {reason}; use decode.engine auto or torch")
 
 
 def mismatch(settings: DecodeConfig, nbest: int, device: torch.device, precision: str) -> str | None:

@@ -43,10 +43,7 @@ attention scalings above, a vocabulary whose size differs from vocab_size."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,11 +52,10 @@ import torch
 from transformer_mt.common.config import Config, DataConfig, ModelConfig, TrainConfig
 from transformer_mt.data.tokenizers.gpt2 import END_OF_TEXT, ByteLevelBPETokenizer, read_merges, read_vocab
 from transformer_mt.common.errors import UserError
-from transformer_mt.common.files import atomic_write_text
-from transformer_mt.interop.folders import write_folder
+from transformer_mt.interop.imported import import_time, sha256_of, write_imported_run
 from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
 from transformer_mt.model.language_model import DecoderOnly, build_language_model
-from transformer_mt.runs.directory import RunDir, save_weights
+from transformer_mt.runs.directory import RunDir
 
 log = logging.getLogger("transformer_mt")
 
@@ -80,7 +76,6 @@ def import_gpt2(source: str | Path, run_dir: str | Path) -> RunDir:
     built in a temporary folder beside it and renamed into place, so a failed import
     leaves nothing. An existing run (a non-empty folder) is refused."""
     root, folder, hf = open_import(source, run_dir, "GPT-2", "openai-community/gpt2", DOWNLOADED)
-    run = RunDir(root)
     check_model_type(hf, folder)
     check_config(hf, folder)
     tokenizer = load_source_tokenizer(folder)
@@ -92,14 +87,9 @@ def import_gpt2(source: str | Path, run_dir: str | Path) -> RunDir:
     model = build_language_model(cfg.model)
     load_gpt2_state(model, read_weights(folder), hf, folder)
 
-    def fill(tmp_root: Path) -> None:
-        tmp = RunDir(tmp_root)
-        tokenizer.save(tmp.root / ByteLevelBPETokenizer.file_name)
-        tmp.write_config(cfg)
-        save_weights(model, tmp.best)
-        write_provenance(tmp, source, folder, hf, tokenizer)
-
-    write_folder(run.root.resolve(), fill, "--run")
+    record, readme = provenance(source, folder, hf, tokenizer)
+    run = write_imported_run(root, cfg, model, lambda out: tokenizer.save(out / ByteLevelBPETokenizer.file_name),
+                             record, readme)
     log.info("imported %s into %s: %d layers, d_model %d, %d heads, %d pieces, %d positions", source, run.root,
              cfg.model.n_layers, cfg.model.d_model, cfg.model.n_heads, len(tokenizer), cfg.model.max_positions)
     return run
@@ -265,12 +255,11 @@ def block(take: Callable[[str], torch.Tensor], theirs: str, mine: str) -> dict[s
     return out
 
 
-def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str, Any],
-                     tokenizer: ByteLevelBPETokenizer) -> None:
+def provenance(source: str | Path, folder: Path, hf: dict[str, Any],
+               tokenizer: ByteLevelBPETokenizer) -> tuple[dict[str, Any], str]:
     """imported.json (where the run came from, file digests, GPT-2's special ids) and README.md."""
-    files = [folder / name for name in ("config.json", *WEIGHT_FILES, *TOKENIZER_FILES)]
-    digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    digests = sha256_of(folder / name for name in ("config.json", *WEIGHT_FILES, *TOKENIZER_FILES))
+    when = import_time()
     record = {
         "format": "huggingface-gpt2", "source": str(source), "folder": str(folder.resolve()), "imported": when,
         "sha256": digests,
@@ -278,8 +267,6 @@ def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str
                      "eos": hf.get("eos_token_id"), "vocab_size": hf.get("vocab_size")},
         "rows": "ours = GPT-2's ids, row for row",
     }
-    atomic_write_text(run.root / "imported.json", json.dumps(record, indent=1) + "\n")
-    atomic_write_text(run.root / "README.md",
-                      f"Imported from {source} (Hugging Face GPT-2 format) by `transformer-mt import gpt2` "
-                      f"on {when}; see imported.json. `transformer-mt generate` continues a prompt from its own "
-                      "tokens alone, as transformers' generate does (a run trained here reads it after end-of-text).\n")
+    return record, (f"Imported from {source} (Hugging Face GPT-2 format) by `transformer-mt import gpt2` "
+                    f"on {when}; see imported.json. `transformer-mt generate` continues a prompt from its own "
+                    "tokens alone, as transformers' generate does (a run trained here reads it after end-of-text).\n")

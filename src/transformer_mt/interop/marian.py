@@ -45,11 +45,8 @@ embeddings, other activations, unequal encoder/decoder sizes."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import shutil
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +58,12 @@ from transformer_mt.data.tokenizers.marian import (EOS_PIECE, MARIAN_TOKENIZER_F
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.specials import BOS_ID, PAD_ID
 from transformer_mt.common.errors import UserError
-from transformer_mt.common.files import atomic_path, atomic_write_text
+from transformer_mt.common.files import atomic_path
 from transformer_mt.interop import joint
-from transformer_mt.interop.folders import write_folder
+from transformer_mt.interop.imported import import_time, sha256_of, write_imported_run
 from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
-from transformer_mt.runs.directory import RunDir, save_weights
+from transformer_mt.runs.directory import RunDir
 
 log = logging.getLogger("transformer_mt")
 
@@ -93,7 +90,6 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
     built in a temporary folder beside it and renamed into place, so a failed import
     leaves nothing. An existing run (a non-empty folder) is refused."""
     root, folder, hf = open_import(source, run_dir, "Marian", "Helsinki-NLP/opus-mt-en-de", DOWNLOADED)
-    run = RunDir(root)
     check_model_type(hf, folder)
     generation = {**hf, **read_json(folder / "generation_config.json")}
     ours = joint.is_joint(folder)  # our own layout (`export hf`): the ids are ours, row for row
@@ -111,18 +107,12 @@ def import_marian(source: str | Path, run_dir: str | Path) -> RunDir:
         model.generator.proj.bias[never] = NEVER_LOGIT
     if ours:
         cfg, model = joint.restore(cfg, model, folder)
-    def fill(tmp_root: Path) -> None:
-        tmp = RunDir(tmp_root)
-        write_tokenizer_files(folder, tmp.root, ours)
-        tmp.write_config(cfg)
-        save_weights(model, tmp.best)
-        write_provenance(tmp, source, folder, hf, generation, never)
-
-    write_folder(run.root.resolve(), fill, "--run")
+    record, readme = provenance(source, folder, hf, generation, never)
+    write_imported_run(root, cfg, model, lambda out: write_tokenizer_files(folder, out, ours), record, readme)
     extra = "" if ours else " (+1 bos row)"
-    log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords%s, activation %s", source, run.root,
+    log.info("imported %s into %s: %d+%d layers, d_model %d, %d subwords%s, activation %s", source, root,
              cfg.model.n_layers, cfg.model.n_decoder_layers, cfg.model.d_model, len(vocab), extra, cfg.model.activation)
-    return run
+    return RunDir(root)
 
 
 def write_tokenizer_files(folder: Path, run_root: Path, ours: bool) -> None:
@@ -287,12 +277,12 @@ def check_positions(state: dict[str, torch.Tensor], used: set[str], key: str, mo
         raise UserError(f"{where}: {key} is not the sinusoidal table of Marian (learned positions are not supported)")
 
 
-def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str, Any],
-                     generation: dict[str, Any], never: list[int]) -> None:
+def provenance(source: str | Path, folder: Path, hf: dict[str, Any], generation: dict[str, Any],
+               never: list[int]) -> tuple[dict[str, Any], str]:
     """imported.json (where the run came from, file digests, the id layout) and README.md."""
     files = [folder / name for name in ("config.json", "generation_config.json", *WEIGHT_FILES, *MARIAN_TOKENIZER_FILES)]
-    digests = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    digests = sha256_of(files)
+    when = import_time()
     record = {
         "format": "huggingface-marian", "source": str(source), "folder": str(folder.resolve()), "imported": when,
         "sha256": digests,
@@ -304,7 +294,5 @@ def write_provenance(run: RunDir, source: str | Path, folder: Path, hf: dict[str
                  "4.. <- the other Marian ids in order"),
         "never_emitted": never, "renormalize_logits": bool(generation.get("renormalize_logits")),
     }
-    atomic_write_text(run.root / "imported.json", json.dumps(record, indent=1) + "\n")
-    atomic_write_text(run.root / "README.md",
-                      f"Imported from {source} (Hugging Face Marian format) by `transformer-mt import marian` "
-                      f"on {when}; see imported.json.\n")
+    return record, (f"Imported from {source} (Hugging Face Marian format) by `transformer-mt import marian` "
+                    f"on {when}; see imported.json.\n")
