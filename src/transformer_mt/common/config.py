@@ -286,7 +286,8 @@ class TrainConfig:
                                          "spread over the other tokens (section 5.4).")
     max_steps: int = option(100000, "Optimizer steps to train (the paper: 100,000 for base, 300,000 for big).")
     max_seconds: float = option(0.0, "Stop after this many seconds of the run's wall clock, validation included "
-                                      "(0 = no limit).")
+                                      "(0 = no limit): a hard stop at whatever rate the schedule has then, where "
+                                      "train.budget_minutes fits the whole plan to the time.")
     budget_minutes: float = option(0.0, "Train for this many minutes: the learning rate warms up for "
                                         "train.warmup_steps, then decays to ~0 at the end of the budget, with "
                                         "validation and averaged snapshots placed within it (a budget too short "

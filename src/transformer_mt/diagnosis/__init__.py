@@ -2,7 +2,8 @@
 the run's own numbers.
 
     diagnosis/case.py      what is read of a run, an imported checkpoint or a config
-    diagnosis/thresholds.py    every threshold, with its reason
+    diagnosis/finding.py   a Finding: id, value, threshold, what it means, the fix, the measured cost
+    diagnosis/thresholds.py  every threshold, with its reason
     diagnosis/weights.py   embedding_scale, cloned_init, tied_scale
     diagnosis/text.py      unknown_words, truncation
     diagnosis/metrics.py   memorization, schedule, undertrained

@@ -9,7 +9,14 @@
     interop/joint.py         import back a Marian folder in our own id layout (an `export hf`)
     interop/annotated.py     import an Annotated-Transformer checkpoint, the study notes' own model
                              (`transformer-mt import annotated`)
+    interop/gpt2.py          import a Hugging Face GPT-2 model as a decoder-only run (`transformer-mt import gpt2`)
+    interop/hub_folder.py    a Hugging Face model folder as the importers read it (local, or downloaded by name)
+    interop/imported.py      what every import writes: the run folder, whole or not at all, with imported.json
     interop/folders.py       an export's output folder: checked first, written whole or not at all
+
+A new import format is a module here (read the source, build the config and the model, hand them
+to imported.write_imported_run), its tokenizer in data/tokenizers/ and one row of cli/interop.py's
+IMPORTS.
 
 Each module imports its third-party package (the `interop` extra) only when called, so
 the core package never needs it."""

@@ -53,7 +53,7 @@ from transformer_mt.common.config import Config, DataConfig, ModelConfig, TrainC
 from transformer_mt.data.tokenizers.gpt2 import END_OF_TEXT, ByteLevelBPETokenizer, read_merges, read_vocab
 from transformer_mt.common.errors import UserError
 from transformer_mt.interop.imported import import_time, sha256_of, write_imported_run
-from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
+from transformer_mt.interop.hub_folder import WEIGHT_FILES, load_mapped_weights, open_import, read_json, read_weights
 from transformer_mt.model.language_model import DecoderOnly, build_language_model
 from transformer_mt.runs.directory import RunDir
 
@@ -228,16 +228,7 @@ def load_gpt2_state(model: DecoderOnly, state: dict[str, torch.Tensor], hf: dict
         ours[f"decoder.norm.{key}"] = take(f"ln_f.{key}")
     for i in range(hf["n_layer"]):
         ours.update(block(take, f"h.{i}.", f"decoder.layers.{i}."))
-    unused = sorted(set(state) - used)
-    if unused:
-        raise UserError(f"{folder}: weights this import does not know: {', '.join(unused[:4])}"
-                        + (f" and {len(unused) - 4} more" if len(unused) > 4 else ""))
-    expected = model.state_dict()
-    for key, tensor in ours.items():
-        if expected[key].shape != tensor.shape:
-            raise UserError(f"{folder}: {key} has shape {tuple(tensor.shape)}, config.json implies "
-                            f"{tuple(expected[key].shape)}")
-    model.load_state_dict(ours, strict=True)
+    load_mapped_weights(model, ours, set(state) - used, folder)
 
 
 def block(take: Callable[[str], torch.Tensor], theirs: str, mine: str) -> dict[str, torch.Tensor]:

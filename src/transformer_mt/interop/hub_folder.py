@@ -104,3 +104,19 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     sharded = [p.name for p in folder.glob("*.index.json")]
     raise UserError(f"{folder}: no {' or '.join(WEIGHT_FILES)}" + (f" (sharded weights, {sharded[0]}, are not supported)"
                                                                    if sharded else ""))
+
+
+def load_mapped_weights(model: torch.nn.Module, ours: dict[str, torch.Tensor], unused: set[str], folder: Path) -> None:
+    """Load the weights an import mapped to our names (`ours`) into `model`. A weight of the
+    folder the mapping did not use (`unused`), or a shape config.json does not imply, is one
+    UserError line instead of load_state_dict's report."""
+    if unused:
+        names = sorted(unused)
+        raise UserError(f"{folder}: weights this import does not know: {', '.join(names[:4])}"
+                        + (f" and {len(names) - 4} more" if len(names) > 4 else ""))
+    expected = model.state_dict()
+    for key, tensor in ours.items():
+        if key not in expected or expected[key].shape != tensor.shape:
+            raise UserError(f"{folder}: {key} has shape {tuple(tensor.shape)}, config.json implies "
+                            f"{tuple(expected[key].shape) if key in expected else 'none'}")
+    model.load_state_dict(ours, strict=True)

@@ -61,7 +61,7 @@ from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_path
 from transformer_mt.interop import joint
 from transformer_mt.interop.imported import import_time, sha256_of, write_imported_run
-from transformer_mt.interop.hub_folder import WEIGHT_FILES, open_import, read_json, read_weights
+from transformer_mt.interop.hub_folder import WEIGHT_FILES, load_mapped_weights, open_import, read_json, read_weights
 from transformer_mt.model.transformer import NEVER_LOGIT, EncoderDecoder, build_model
 from transformer_mt.runs.directory import RunDir
 
@@ -211,16 +211,7 @@ def load_marian_state(model: EncoderDecoder, state: dict[str, torch.Tensor], hf:
         check_positions(state, used, f"{stack}.embed_positions.weight", model, where)
         for i in range(hf[f"{stack}_layers"]):
             ours.update(_layer(take, f"{stack}.layers.{i}.", stack))
-    unused = sorted(set(state) - used)
-    if unused:
-        raise UserError(f"{folder}: weights this import does not know: {', '.join(unused[:4])}"
-                        + (f" and {len(unused) - 4} more" if len(unused) > 4 else ""))
-    expected = model.state_dict()
-    for key, tensor in ours.items():
-        if key not in expected or expected[key].shape != tensor.shape:
-            raise UserError(f"{folder}: {key} has shape {tuple(tensor.shape)}, config.json implies "
-                            f"{tuple(expected[key].shape) if key in expected else 'none'}")
-    model.load_state_dict(ours, strict=True)
+    load_mapped_weights(model, ours, set(state) - used, folder)
 
 
 def embeddings(state: dict[str, torch.Tensor], hf: dict[str, Any], folder: Path) -> tuple[torch.Tensor, ...]:

@@ -1,5 +1,5 @@
 """The run directory: one place that knows its files and reads and writes them (see
-design.md). Training writes a run, translation, the server and the plots read it.
+ARCHITECTURE.md). Training writes a run, translation, the server and the plots read it.
 
     runs/NAME/config.yaml            the resolved config
     runs/NAME/tokenizer.model        sentencepiece model (+ .vocab); an imported Marian run has

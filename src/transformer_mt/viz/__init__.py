@@ -1,7 +1,16 @@
 """Figures (matplotlib, Agg) of every mechanism of the model and of a trained run:
 positional encodings, masks, learning-rate schedule, label smoothing, training curves and
 attention heatmaps. Each `*_figure` function returns a Figure; `save_figure` writes it as
-PNG or SVG."""
+PNG or SVG.
+
+    viz/figure.py          what every figure shares: the Agg backend, a fixed size, saving
+    viz/mechanisms.py      positional encodings, masks, the learning-rate schedule, label smoothing
+    viz/curves.py          training curves from a run's metrics.jsonl
+    viz/attention.py       where every head looks in one sentence
+    viz/heads.py           each head's entropy over a validation set, and what silencing it costs
+    viz/embeddings.py      the subword embeddings projected to two dimensions
+    viz/language_model.py  a language-model run's perplexity against the unigram baseline, and samples
+"""
 
 from transformer_mt.inference.translation_inspection import ATTENTION_KINDS as KINDS
 from transformer_mt.viz.attention import (
