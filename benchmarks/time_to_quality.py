@@ -52,7 +52,7 @@ from transformer_mt.data.corpus import read_parallel  # noqa: E402
 from transformer_mt.common.device import reuse_freed_memory  # noqa: E402
 from transformer_mt.common.evaluation import score  # noqa: E402
 from transformer_mt.common.files import atomic_open  # noqa: E402
-from transformer_mt.runs.directory import read_events  # noqa: E402
+from transformer_mt.runs.directory import RunDir, read_events  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
 from transformer_mt.inference.translator import Translator  # noqa: E402
 
@@ -92,7 +92,8 @@ def test_scores(run: Path, folder: Path, src: str, tgt: str) -> dict[str, dict[s
     for name in TEST_SETS:
         if (folder / f"{name}.{src}.gz").is_file() and (folder / f"{name}.{tgt}.gz").is_file():
             test = read_parallel(folder / f"{name}.{src}.gz", folder / f"{name}.{tgt}.gz")
-            result = score(translator.translate(test.src), test.tgt, lowercase_tokenized=True)
+            result = score(translator.translate(test.src), test.tgt, lowercase_tokenized=True,
+                           tokenize=RunDir(run).read_config().data.bleu_tokenize)
             scores[name] = {"bleu": result.bleu, "bleu_lc_tok": result.bleu_lc_tok, "chrf": result.chrf}
     return scores
 

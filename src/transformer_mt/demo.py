@@ -59,7 +59,7 @@ def run_demo(cfg: Config, out: Path, examples: int = 5) -> dict[str, Any]:
     log.info("trained %d steps in %.0f s", state.step, state.elapsed)
     test = read_parallel(*(RunDir(out).data / f"test.{side}" for side in ("src", "tgt")))
     hypotheses = Translator.from_run(out).translate(test.src)
-    scores = score(hypotheses, test.tgt, tokenize="char")
+    scores = score(hypotheses, test.tgt, tokenize=cfg.data.bleu_tokenize)
     for src, hyp, ref in list(zip(test.src, hypotheses, test.tgt))[:examples]:
         mark = "ok " if hyp == ref else "BAD"
         print(f"{mark} {src}\n    -> {hyp}\n    ref {ref}")

@@ -246,6 +246,8 @@ def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_run
     resumed = torchrun("train", "--run", str(run), "--no-progress")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed" in resumed.stderr
+    assert resumed.stderr.count("finished at step") == 1  # rank 0 alone speaks
+    assert resumed.stderr.count(": validation loss") == resumed.stderr.count("step 20: validation loss") == 1
 
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from transformer_mt.cli import main
@@ -18,7 +19,11 @@ def test_prepare_then_train_uses_the_prepared_data(tmp_path: Path, capsys) -> No
     assert counts["train"]["lines"] == 300 and counts["valid"]["lines"] == 100
     assert (run / "config.yaml").is_file() and (run / "tokenizer.model").is_file()
     stamp = manifest.stat().st_mtime_ns
+    capsys.readouterr()
     assert main(["train", "--run", str(run), "--no-progress"]) == 0
+    said = capsys.readouterr().err  # a line for the validation point, as fairseq, JoeyNMT and Marian print
+    assert re.search(r"^step 2: validation loss \d+\.\d{3}, BLEU \d+\.\d{2}, chrF \d+\.\d{2} \(best so far\)$", said, re.M)
+    assert "finished at step 2" in said
     assert manifest.stat().st_mtime_ns == stamp  # mapped, not prepared again
     assert (run / "checkpoints" / "step_2.pt").is_file()
     assert main(["prepare", "--run", str(run), "--no-progress"]) == 0  # an existing run: checked, current

@@ -104,20 +104,23 @@ def test_interactive_prompt_at_a_terminal(tiny_run: Path) -> None:
         os.close(controller)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_evaluate_gives_the_bleu_of_training_validation(tmp_path: Path, capsys, precision: str) -> None:
+@pytest.mark.parametrize("precision,tokenize", [("fp32", "char"), ("bf16", "13a")])
+def test_evaluate_gives_the_bleu_of_training_validation(tmp_path: Path, capsys, precision: str, tokenize: str) -> None:
     """Validation and evaluate decode through one Translator call with the run's
-    decode.precision: a bf16 run's validation BLEU is reproduced exactly too."""
+    decode.precision and score with its data.bleu_tokenize: a bf16 run's validation BLEU is
+    reproduced exactly too, and a char run's is char BLEU in both."""
     if precision == "bf16" and not has_fast_bf16(torch.device("cpu")):
         pytest.skip("no native bf16 on this CPU (emulated bf16 is very slow)")
     run = tmp_path / "run"
     fit(tiny_config(train__max_steps=80, train__valid_every=80, decode__beam=2, train__precision=precision,
-                    decode__precision=precision, data__task_size=2000), run, progress=False)
+                    decode__precision=precision, data__task_size=2000, data__bleu_tokenize=tokenize), run,
+        progress=False)
     validation = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     validation = [event for event in validation if event["event"] == "valid"][-1]
     assert main(["evaluate", str(run), "--src", str(run / "data" / "valid.src"), "--ref",
                  str(run / "data" / "valid.tgt"), "--checkpoint", "last", "--device", "cpu", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert f"tok:{tokenize}" in result["bleu_signature"]
     assert result["beam"] == 2 and result["precision"] == validation["precision"] == precision
     assert result["bleu"] > 0 and result["chrf"] > 0
     assert result["bleu"] == pytest.approx(validation["bleu"], abs=1e-9)

@@ -105,6 +105,7 @@ def test_overrides_apply() -> None:
         ("--data.train_pairs=-1", "must be >= 0 (0 = every training pair)"),
         ("--model.decoder_layers=-1", "must be >= 0 (0 = model.n_layers)"),
         ("--train.weight_decay=1.5", "must be in [0, 1) (0 = Adam, no decay)"),
+        ("--data.bleu_tokenize=moses", "must be one of 13a, intl, zh, char"),
         ("--trian.seed=1", "trian: unknown section"),
     ],
 )

@@ -149,9 +149,10 @@ def add_dtype_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_tokenize_flag(parser: argparse.ArgumentParser, what: str) -> None:
-    """--tokenize: sacreBLEU's tokenization for BLEU (`what` says which BLEU)."""
-    from transformer_mt.common.evaluation import BLEU_TOKENIZERS
+    """--tokenize: sacreBLEU's tokenization for BLEU (`what` says which BLEU); unset, the run's
+    data.bleu_tokenize, as its validation scored."""
+    from transformer_mt.common.config import BLEU_TOKENIZE
 
-    parser.add_argument("--tokenize", choices=BLEU_TOKENIZERS, default="13a",
-                        help=f"sacreBLEU tokenization for {what} (default 13a, as in training validation; "
-                             "char for one-word outputs such as the demo's)")
+    parser.add_argument("--tokenize", choices=BLEU_TOKENIZE, metavar="{" + ",".join(BLEU_TOKENIZE) + "}",
+                        help=f"sacreBLEU tokenization for {what} (default: the run's data.bleu_tokenize, as its "
+                             "validation used; zh for Chinese, char for one-word outputs such as the demo's)")

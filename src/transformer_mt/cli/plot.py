@@ -147,6 +147,7 @@ def plot_smoothing(args: argparse.Namespace) -> int:
 
 
 def plot_curves(args: argparse.Namespace) -> int:
+    from transformer_mt.runs.directory import RunDir
     from transformer_mt.viz import curves_figure, read_metrics, save_figure
     from transformer_mt.viz.figure import check_output
 
@@ -154,7 +155,11 @@ def plot_curves(args: argparse.Namespace) -> int:
     if not Path(args.run).is_dir():
         raise UserError(f"{args.run}: no such run directory")
     series = read_metrics(args.run)
-    return _written(save_figure(curves_figure(series, Path(args.run).resolve().name), out))
+    run = RunDir(Path(args.run))
+    cfg = run.read_config() if run.config.is_file() else None
+    figure = curves_figure(series, run.root.resolve().name, cfg.train.label_smoothing if cfg else 0.0,
+                           cfg.data.bleu_tokenize if cfg else None)
+    return _written(save_figure(figure, out))
 
 
 def attention_outputs(out: Path, kinds: list[str]) -> dict[str, Path]:

@@ -15,8 +15,10 @@ from transformer_mt.common.errors import UserError
 def register(subparsers: argparse._SubParsersAction) -> None:
     serve = subparsers.add_parser(
         "serve", help="a web page that translates (or, for a language model, generates) and shows the attention",
-        description="Serve RUN at http://HOST:PORT/ (page) and /api/translate, /api/health, /openapi.json; "
-                    "a language-model run gets the generate view and /api/generate, /api/generate/step.",
+        description="Serve RUN at http://HOST:PORT/ (the page) and its JSON API (docs/plots.md): /api/translate, "
+                    "/api/steps, /api/explain, /api/doctor, /api/health, /openapi.json; a language-model run "
+                    "gets the generate view and /api/generate, /api/generate/step, /api/generate/explain, "
+                    "/api/health, /openapi.json.",
     )
     serve.add_argument("run", type=path_arg, help="run directory")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")

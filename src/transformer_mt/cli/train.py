@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from transformer_mt.cli import add_option_flag, path_arg, positive_int
-from transformer_mt.common.config import load_config
+from transformer_mt.common.config import load_config, preset_names
 from transformer_mt.common.errors import UserError
 from transformer_mt.runs.directory import RunDir
 
@@ -30,9 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train", help="train a model from a config (resumes an existing run directory)",
         description="Train CONFIG (a YAML file or a preset name) into RUN; on an existing RUN, resume.",
     )
-    train.add_argument("config", nargs="?", type=path_arg, help="YAML config or preset (base, big, small, tiny, demo); "
-                                                 "omit to resume RUN with its saved config")
-    train.add_argument("--run", required=True, type=path_arg, help="run directory (created, or resumed if it exists)")
+    train.add_argument("config", nargs="?", type=path_arg,
+                       help=f"YAML config or preset ({', '.join(preset_names())}); omit to resume RUN with its "
+                            "saved config")
+    train.add_argument("--run", type=path_arg, help="run directory (created, or resumed if it exists; default: "
+                                                    "runs/NAME for the config NAME)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_option_flag(train, "train.init_from", "--init-from", default="the config's")
     train.set_defaults(func=run_train, overrides=[])
@@ -82,6 +84,13 @@ def split_overrides(items: list[str]) -> list[str]:
 def run_train(args: argparse.Namespace) -> int:
     from transformer_mt.training import fit
 
+    if args.run is None:
+        if not args.config:
+            raise UserError("give a config (a preset such as small, or a YAML file) to start a run, or --run RUN "
+                            "to resume one")
+        args.run = str(Path("runs") / Path(args.config).stem)
+        log.info("run directory: %s (--run to choose another)", args.run)
+
     overrides = split_overrides(args.overrides) + ([f"--train.init_from={args.init_from}"] if args.init_from else [])
     if args.init_from and not args.config:
         raise UserError("--init-from starts a new run: give a config too (e.g. the config.yaml of the run it starts from)")
@@ -90,8 +99,9 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides)
     else:  # a resume: the overrides change its saved config (fit says which changes apply)
         cfg = load_config(saved, overrides, drop_retired=True) if overrides and saved.is_file() else None
-    state = fit(cfg, args.run, progress=not args.no_progress).state
-    log.info("finished at step %d after %.0f s", state.step, state.elapsed)
+    trainer = fit(cfg, args.run, progress=not args.no_progress)
+    if trainer.rank == 0:  # under torchrun, one line for the run, not one a process
+        log.info("finished at step %d after %.0f s", trainer.state.step, trainer.state.elapsed)
     return 0
 
 

@@ -48,15 +48,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "translate", help="translate a file, stdin, or sentences typed at a prompt",
         description="Translate one sentence per line: FILE to FILE with -i/-o, or stdin to stdout "
                     "line by line as lines arrive; at a terminal, an interactive prompt.",
-        epilog="With --nbest N every input line gives N lines 'INDEX ||| TRANSLATION ||| SCORE' "
-               "(INDEX counts input lines from 0; SCORE is the log-probability divided by the length penalty). "
-               "N may not exceed --beam; without --beam the run's beam is widened to N.",
+        epilog="With --nbest N every input line gives up to N lines 'INDEX ||| TRANSLATION ||| SCORE' "
+               "(INDEX counts input lines from 0; SCORE is the log-probability divided by the length penalty), "
+               "each a different translation: of two subword segmentations of one text the better scored "
+               "(--raw-nbest: every hypothesis, N lines). N may not exceed --beam; without --beam the run's beam is "
+               "widened to N.",
     )
     add_decoding_arguments(translate)
     translate.add_argument("-i", "--input", type=path_arg, help="input file (UTF-8, .gz allowed; default: stdin)")
     translate.add_argument("-o", "--output", type=path_arg,
                            help="output file, written whole at the end (default: stdout)")
     translate.add_argument("--nbest", type=positive_int, default=1, help="translations per line (default 1)")
+    translate.add_argument("--raw-nbest", action="store_true",
+                           help="with --nbest: every hypothesis of the beam, the same text in two segmentations "
+                                "included (default: distinct translations)")
     translate.set_defaults(func=run_translate)
 
     evaluate = subparsers.add_parser(
@@ -125,9 +130,11 @@ def write_lines_atomic(path: str | Path, lines: list[str]) -> None:
         raise UserError(f"{path}: cannot be written ({err.strerror})") from None
 
 
-def output_lines(translator, settings, lines: list[str], nbest: int, first_index: int = 0) -> list[str]:
-    """Translations of `lines`; with nbest > 1, 'INDEX ||| TEXT ||| SCORE' lines."""
-    found = translator.search(lines, settings, nbest)
+def output_lines(translator, settings, lines: list[str], nbest: int, first_index: int = 0,
+                 raw_nbest: bool = False) -> list[str]:
+    """Translations of `lines`; with nbest > 1, 'INDEX ||| TEXT ||| SCORE' lines (distinct
+    texts unless `raw_nbest`)."""
+    found = translator.search(lines, settings, nbest, raw_nbest)
     if nbest == 1:
         return [row[0].text for row in found]
     return [
@@ -158,18 +165,18 @@ def stdin_batches(fd: int, max_lines: int = STREAM_LINES) -> Iterator[list[bytes
         yield lines[start : start + max_lines]
 
 
-def stream(translator, settings, nbest: int) -> None:
+def stream(translator, settings, nbest: int, raw_nbest: bool = False) -> None:
     """stdin to stdout, answering each group of waiting lines before reading on."""
     number = 0
     for raw_lines in stdin_batches(sys.stdin.fileno()):
         lines = [decode_line(raw, number + i + 1) for i, raw in enumerate(raw_lines)]
-        for line in output_lines(translator, settings, lines, nbest, number):
+        for line in output_lines(translator, settings, lines, nbest, number, raw_nbest):
             sys.stdout.write(line + "\n")
         sys.stdout.flush()
         number += len(lines)
 
 
-def interactive(translator, settings, nbest: int) -> None:
+def interactive(translator, settings, nbest: int, raw_nbest: bool = False) -> None:
     """A prompt at a terminal: type a sentence, get its translation; Ctrl-D ends."""
     print("Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
     number = 0
@@ -179,7 +186,7 @@ def interactive(translator, settings, nbest: int) -> None:
         if not line:
             print(file=sys.stderr)
             return
-        for out in output_lines(translator, settings, [line.rstrip("\r\n")], nbest, number):
+        for out in output_lines(translator, settings, [line.rstrip("\r\n")], nbest, number, raw_nbest):
             print(out, flush=True)
         number += 1
 
@@ -191,9 +198,9 @@ def run_translate(args: argparse.Namespace) -> int:
     translator, settings = load_translator(args, args.nbest)
     if args.input is None and args.output is None:
         if sys.stdin.isatty():
-            interactive(translator, settings, args.nbest)
+            interactive(translator, settings, args.nbest, args.raw_nbest)
         else:
-            stream(translator, settings, args.nbest)
+            stream(translator, settings, args.nbest, args.raw_nbest)
         return 0
     if args.input is not None:
         lines = read_lines(args.input)
@@ -201,7 +208,7 @@ def run_translate(args: argparse.Namespace) -> int:
         lines = [decode_line(raw, n) for n, raw in enumerate(sys.stdin.buffer.read().split(b"\n"), start=1)]
         lines = lines[:-1] if lines and lines[-1] == "" else lines
     start = time.perf_counter()
-    outputs = output_lines(translator, settings, lines, args.nbest)
+    outputs = output_lines(translator, settings, lines, args.nbest, raw_nbest=args.raw_nbest)
     seconds = time.perf_counter() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", len(lines), seconds, len(lines) / max(seconds, 1e-9))
     if args.output is None:
@@ -216,7 +223,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from transformer_mt.cli.generate import run_evaluate_text
     from transformer_mt.common.evaluation import score
 
-    if RunDir(Path(args.run)).require().read_config().model.arch == "decoder_only":
+    cfg = RunDir(Path(args.run)).require().read_config()
+    if cfg.model.arch == "decoder_only":
         if not args.text:
             raise UserError(f"{args.run}: is a language model; give --text FILE to score (its perplexity)")
         return run_evaluate_text(args)
@@ -237,7 +245,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     if args.hyp:
         write_lines_atomic(args.hyp, hypotheses)
-    scores = score(hypotheses, references, lowercase_tokenized=args.lowercase_tokenized, tokenize=args.tokenize)
+    scores = score(hypotheses, references, lowercase_tokenized=args.lowercase_tokenized,
+                   tokenize=args.tokenize or cfg.data.bleu_tokenize)
     print(f"BLEU = {scores.bleu:.2f}  {scores.bleu_signature}")
     print(f"chrF = {scores.chrf:.2f}  {scores.chrf_signature}")
     if scores.bleu_lc_tok is not None:

@@ -27,6 +27,9 @@ PRECISIONS = ("auto", "bf16", "fp32")
 ACTIVATIONS = ("relu", "swish", "gelu", "gelu_tanh")  # of the feed-forward network: model/layers.py
 ARCHS = ("encoder_decoder", "decoder_only")  # the paper's translator, or a GPT-style language model
 POSITIONAL_LAYOUTS = ("interleaved", "halves")  # of the sinusoidal encoding: model/embeddings.py
+# sacreBLEU's tokenizations for BLEU: zh for Chinese, ja-mecab / ko-mecab for Japanese / Korean (sacreBLEU's
+# ja / ko extras), flores101 / flores200 (sacreBLEU's sentencepiece models, downloaded once online)
+BLEU_TOKENIZE = ("13a", "intl", "zh", "char", "none", "ja-mecab", "ko-mecab", "flores101", "flores200")
 VOCAB_TYPES = ("bpe", "unigram", "word")  # sentencepiece model types: data/tokenizers/sentencepiece.py
 POSITIONALS = ("sinusoidal", "learned")  # positions added to the embeddings: model/embeddings.py
 EMBEDDING_INITS = ("xavier", "normal")  # the token embedding's initial values: model/transformer.py initialize
@@ -249,6 +252,10 @@ class DataConfig:
                                  "best-model selection.")
     block_size: int = option(128, "A language model's training block: tokens of context per sequence (at most "
                                   "model.max_positions).")
+    bleu_tokenize: str = option("13a", "sacreBLEU's tokenization of the target language for BLEU, everywhere a run is "
+                                       "scored (validation, evaluate, the model card, the doctor): 13a (WMT's "
+                                       "default), intl, zh (Chinese), char (character n-grams: one-word outputs), "
+                                       "none, ja-mecab, ko-mecab, flores101, flores200.")
 
     def validate(self) -> None:
         _require(self.block_size >= 1, "data.block_size", "must be at least 1 (tokens per training block)")
@@ -262,6 +269,7 @@ class DataConfig:
         _require(self.batch_sentences >= 0, "data.batch_sentences", "must be >= 0 (0 = batches of data.max_tokens)")
         _require(self.max_len >= 1, "data.max_len", "must be positive")
         _require(self.max_len_ratio >= 1.0, "data.max_len_ratio", "must be >= 1")
+        _require(self.bleu_tokenize in BLEU_TOKENIZE, "data.bleu_tokenize", f"must be one of {', '.join(BLEU_TOKENIZE)}")
 
 
 @dataclass(frozen=True)
@@ -500,8 +508,12 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     preset = CONFIG_DIR / f"{name_or_path}.yaml"
     if preset.is_file():
         return preset
-    presets = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-    raise ConfigError(f"{name_or_path}: no such config file or preset; presets: {', '.join(presets)}")
+    raise ConfigError(f"{name_or_path}: no such config file or preset; presets: {', '.join(preset_names())}")
+
+
+def preset_names() -> list[str]:
+    """The presets that ship in configs/, by name."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

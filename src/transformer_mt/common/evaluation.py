@@ -1,13 +1,22 @@
 """Scores: sacreBLEU BLEU and chrF with their signatures, exact match.
 
 All scoring goes through here so that training validation, `evaluate` and the
-benchmarks compute BLEU the same way."""
+benchmarks compute BLEU the same way, with the run's data.bleu_tokenize."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from sacrebleu.metrics import BLEU, CHRF
+
+from transformer_mt.common.config import BLEU_TOKENIZE
+from transformer_mt.common.errors import UserError
+
+# What a tokenization needs beyond sacreBLEU itself, said in one line where it is missing.
+NEEDS = {"ja-mecab": "pip install 'sacrebleu[ja]'", "ko-mecab": "pip install 'sacrebleu[ko]'",
+         "flores101": "sacreBLEU's flores101 sentencepiece model, which it downloads at first use on a machine "
+                      "that is online", "flores200": "sacreBLEU's flores200 sentencepiece model, which it downloads "
+                                                     "at first use on a machine that is online"}
 
 
 @dataclass
@@ -23,7 +32,18 @@ class Scores:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-BLEU_TOKENIZERS = ("13a", "intl", "char", "none")  # sacreBLEU tokenizations BLEU may be computed with
+
+
+def bleu_metric(tokenize: str) -> BLEU:
+    """sacreBLEU's cased BLEU with the tokenization `tokenize` (one of BLEU_TOKENIZE); one whose
+    extra or model is missing is one UserError line that says what to install."""
+    if tokenize not in BLEU_TOKENIZE:
+        raise UserError(f"BLEU tokenization {tokenize!r}: must be one of {', '.join(BLEU_TOKENIZE)}")
+    try:
+        return BLEU(tokenize=tokenize)
+    except (RuntimeError, OSError) as err:  # sacreBLEU's missing-extra error; a download that failed offline
+        raise UserError(f"BLEU tokenization {tokenize} needs {NEEDS.get(tokenize, 'what sacreBLEU names')} "
+                        f"({type(err).__name__}); or score with another data.bleu_tokenize") from None
 
 def score(
     hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False, tokenize: str = "13a"
@@ -35,7 +55,7 @@ def score(
     words, such as the German number phrases of the demo, where word 4-grams never exist."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    bleu, chrf = BLEU(tokenize=tokenize), CHRF()
+    bleu, chrf = bleu_metric(tokenize), CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / max(len(references), 1)

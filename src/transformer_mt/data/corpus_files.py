@@ -4,6 +4,7 @@ the tokenizer on them, prepare.py then encodes them with it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,3 +44,29 @@ def corpus_paths(cfg: DataConfig, task_dir: Path, seed: int) -> CorpusPaths:
     if train is None:
         raise ConfigError("data.train_src, data.train_tgt: set both (or data.task to a built-in task: numbers, copy)")
     return CorpusPaths(train, _pair(cfg, "valid"), _pair(cfg, "test"))
+
+
+def guess_languages(cfg: DataConfig) -> tuple[str, str] | None:
+    """(source, target) from training file names such as train.de.gz / train.en.gz."""
+    pattern = re.compile(r"\.([a-z]{2,3}(?:[_-][A-Za-z]{2,4})?)(?:\.gz)?$")
+    found = [pattern.search(Path(name).name) for name in (cfg.train_src, cfg.train_tgt)]
+    if all(found) and found[0].group(1) != found[1].group(1):
+        return found[0].group(1), found[1].group(1)
+    return None
+
+
+# The tokenization WMT and sacreBLEU score each of these target languages with: 13a would split
+# a sentence without spaces into a few long "words".
+BLEU_TOKENIZE_OF = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+
+
+def bleu_tokenize_hint(cfg: DataConfig) -> str | None:
+    """One line where the training files name a Chinese, Japanese or Korean target (train.zh, ...)
+    and data.bleu_tokenize is still 13a; None otherwise."""
+    languages = guess_languages(cfg)
+    language = languages[1].replace("_", "-").split("-")[0].lower() if languages else ""
+    wanted = BLEU_TOKENIZE_OF.get(language)
+    if wanted is None or cfg.bleu_tokenize != "13a":
+        return None
+    return (f"{cfg.train_tgt}: the target looks {language}, but BLEU would split it with 13a (spaces and "
+            f"punctuation); --data.bleu_tokenize={wanted} scores it as WMT does")

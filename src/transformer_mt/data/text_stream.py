@@ -25,6 +25,7 @@ from transformer_mt.data.specials import EOS_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.data.tokenizers.registry import encoding_files, load_tokenizer
 from transformer_mt.data.toy_corpora import write_toy_text
+from transformer_mt.data.vocabulary import say_if_smaller
 from transformer_mt.common.files import atomic_open, atomic_write_text
 
 log = logging.getLogger("transformer_mt")
@@ -77,8 +78,10 @@ def load_or_train_text_tokenizer(cfg: DataConfig, train: Path, path: Path, seed:
     lines = (line for index, line in enumerate(text_lines(train)) if chosen is None or index in chosen)
     log.info("training a %d-piece %s vocabulary on %d of %d lines", cfg.vocab_size, cfg.vocab_type,
              len(chosen) if chosen else count, count)
-    return SentencePieceTokenizer.train((line for line in lines if line.strip()), path, cfg.vocab_size,
-                                        cfg.vocab_type, seed)
+    tokenizer = SentencePieceTokenizer.train((line for line in lines if line.strip()), path, cfg.vocab_size,
+                                             cfg.vocab_type, seed)
+    say_if_smaller(tokenizer, cfg.vocab_size)
+    return tokenizer
 
 
 @dataclass

@@ -17,7 +17,7 @@ from transformer_mt.data.corpus_files import PathPair
 from transformer_mt.data.tokenizers.separate import SeparateTokenizer
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
 from transformer_mt.data.tokenizers.protocol import Tokenizer
-from transformer_mt.data.tokenizers.registry import load_tokenizer
+from transformer_mt.data.tokenizers.registry import load_tokenizer, vocab_sizes
 
 log = logging.getLogger("transformer_mt")
 
@@ -42,10 +42,23 @@ def load_or_train_tokenizer(cfg: DataConfig, train: PathPair, path: Path, seed: 
     log.info("training a %s %d-piece %s vocabulary on %d of %d sentence pairs", kind, cfg.vocab_size, cfg.vocab_type,
              len(chosen), len(kept))
     if not cfg.joint_vocab:
-        return SeparateTokenizer.train(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen),
-                                       path.parent / SeparateTokenizer.file_name, cfg.vocab_size, cfg.vocab_type, seed)
-    sentences = chain(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen))
-    return SentencePieceTokenizer.train(sentences, path, cfg.vocab_size, cfg.vocab_type, seed)
+        tokenizer = SeparateTokenizer.train(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen),
+                                            path.parent / SeparateTokenizer.file_name, cfg.vocab_size, cfg.vocab_type,
+                                            seed)
+    else:
+        sentences = chain(sampled_lines(train[0], chosen), sampled_lines(train[1], chosen))
+        tokenizer = SentencePieceTokenizer.train(sentences, path, cfg.vocab_size, cfg.vocab_type, seed)
+    say_if_smaller(tokenizer, cfg.vocab_size)
+    return tokenizer
+
+
+def say_if_smaller(tokenizer: Tokenizer, asked: int) -> None:
+    """One line where the corpus gave fewer pieces than data.vocab_size asked for (a small corpus
+    has fewer words and merges than that): the size reached, which the model's embeddings take."""
+    reached = vocab_sizes(tokenizer)
+    if min(reached) < asked:
+        sizes = " and ".join(str(size) for size in dict.fromkeys(reached))
+        log.info("the corpus gave a vocabulary of %s pieces, fewer than data.vocab_size=%d asked for", sizes, asked)
 
 
 def nonempty_pairs(pair: PathPair) -> np.ndarray:

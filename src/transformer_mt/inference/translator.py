@@ -66,6 +66,15 @@ class Hypothesis:
 EMPTY = Hypothesis("", [], [], 0.0)
 
 
+def distinct(hypotheses: list[Hypothesis], n: int) -> list[Hypothesis]:
+    """The first `n` hypotheses of different texts, best first: a beam often finishes one
+    translation in two subword segmentations, and a list of alternatives should not show it twice."""
+    seen: dict[str, Hypothesis] = {}
+    for hypothesis in hypotheses:
+        seen.setdefault(hypothesis.text, hypothesis)
+    return list(seen.values())[:n]
+
+
 def decode_settings(defaults: DecodeConfig, beam: int | None = None, nbest: int = 1, **changes: Any) -> DecodeConfig:
     """The settings of one call: `defaults` with `changes`, validated. With no `beam`,
     the default beam widened to `nbest` if needed; a `beam` given smaller than `nbest`
@@ -174,12 +183,18 @@ class Translator:
         return settings
 
     # ---- the entry point -------------------------------------------------------------
-    def search(self, lines: list[str], settings: DecodeConfig | None = None, nbest: int = 1) -> list[list[Hypothesis]]:
+    def search(self, lines: list[str], settings: DecodeConfig | None = None, nbest: int = 1,
+               raw_nbest: bool = False) -> list[list[Hypothesis]]:
         """The `nbest` best hypotheses of each line, best first, in input order; a line
-        without text gives [EMPTY]. `settings` defaults to the translator's defaults."""
+        without text gives [EMPTY]. `settings` defaults to the translator's defaults.
+        The hypotheses are distinct translations (`distinct`: of two subword segmentations of
+        one text, the better scored), so a line may have fewer than `nbest`; `raw_nbest` keeps
+        every hypothesis the beam finished, as fairseq and Marian list them."""
         settings = settings if settings is not None else self.settings(nbest=nbest)
         if nbest > settings.beam:
             raise UserError(f"nbest ({nbest}) cannot exceed beam ({settings.beam})")
+        if nbest > 1 and not raw_nbest:  # all the beam finished, then the distinct texts among them
+            return [distinct(row, nbest) for row in self.search(lines, settings, settings.beam, raw_nbest=True)]
         ids = self.encode_sources(lines, settings.unknown_words)
         found: list[list[tuple[list[int], float, bool]]] = [[] for _ in lines]
         precision = resolve_precision(settings.precision, self.device)
@@ -228,9 +243,11 @@ class Translator:
         defaults for this call (beam=1, length_penalty=1.0, ...)."""
         return [row[0].text for row in self.search(lines, self.settings(**settings))]
 
-    def translate_nbest(self, lines: list[str], n: int, **settings: Any) -> list[list[tuple[str, float]]]:
-        """The n best (text, score) of each line, best first (see `Hypothesis.score`)."""
-        found = self.search(lines, self.settings(nbest=n, **settings), n)
+    def translate_nbest(self, lines: list[str], n: int, raw_nbest: bool = False,
+                        **settings: Any) -> list[list[tuple[str, float]]]:
+        """The n best distinct (text, score) of each line, best first (see `search` and
+        `Hypothesis.score`)."""
+        found = self.search(lines, self.settings(nbest=n, **settings), n, raw_nbest)
         return [[(h.text, h.score) for h in row] for row in found]
 
     # ---- the steps ---------------------------------------------------------------------

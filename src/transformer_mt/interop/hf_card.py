@@ -140,8 +140,8 @@ def scores(run: RunDir, cfg: Config, checkpoint: str, validations: list[dict[str
 
 def validation_table(validations: list[dict[str, Any]], checkpoint: str, cfg: Config) -> str:
     """The last validations (metrics.jsonl), the exported one marked, and the signatures
-    validation scores with (evaluation.score: BLEU 13a, chrF defaults)."""
-    bleu, chrf = validation_signatures()
+    validation scores with (BLEU with the run's data.bleu_tokenize, chrF's defaults)."""
+    bleu, chrf = validation_signatures(cfg.data.bleu_tokenize)
     chosen = exported_validation(validations, checkpoint)
     rows = []
     for v in validations[-VALIDATIONS_SHOWN:]:
@@ -154,11 +154,11 @@ def validation_table(validations: list[dict[str, Any]], checkpoint: str, cfg: Co
             "these settings, one reference; the version is this export's sacreBLEU).\n")
 
 
-def validation_signatures() -> tuple[str, str]:
-    """The signatures of evaluation.score's defaults (what validation uses), one reference."""
+def validation_signatures(tokenize: str) -> tuple[str, str]:
+    """The signatures of what validation scored with (the run's data.bleu_tokenize), one reference."""
     from transformer_mt.common.evaluation import score
 
-    scored = score(["a"], ["a"])
+    scored = score(["a"], ["a"], tokenize=tokenize)
     return scored.bleu_signature, scored.chrf_signature
 
 

@@ -54,6 +54,7 @@ import torch
 
 from transformer_mt import __version__
 from transformer_mt.common.config import CHECKPOINT_CHOICES, Config
+from transformer_mt.data.corpus_files import guess_languages
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.data.tokenizers.registry import require_joint
 from transformer_mt.common.errors import UserError
@@ -91,7 +92,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str = "best"
     pieces = vocabulary(tokenizer, model, where)
     state = hf_state(model, cfg, where)
     model_type, _ = ARCHITECTURES[cfg.model.norm_first]
-    langs = languages or guess_languages(cfg)
+    langs = languages or guess_languages(cfg.data)
     files = {
         "config.json": hf_config(cfg, len(pieces)),
         "generation_config.json": generation_config(cfg),
@@ -279,10 +280,3 @@ def check_language(code: str) -> None:
                         "(letters, digits and hyphens, BCP 47)")
 
 
-def guess_languages(cfg: Config) -> tuple[str, str] | None:
-    """(source, target) from training file names such as train.de.gz / train.en.gz."""
-    pattern = re.compile(r"\.([a-z]{2,3}(?:[_-][A-Za-z]{2,4})?)(?:\.gz)?$")
-    found = [pattern.search(Path(name).name) for name in (cfg.data.train_src, cfg.data.train_tgt)]
-    if all(found) and found[0].group(1) != found[1].group(1):
-        return found[0].group(1), found[1].group(1)
-    return None

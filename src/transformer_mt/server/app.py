@@ -52,7 +52,10 @@ class TranslateRequest(BaseModel):
     sentences: list[str] | None = Field(None, description="sentences, translated in order")
     beam: int | None = Field(None, ge=1, description="beam size; default: the run's decode.beam, "
                              "widened to nbest when that is larger")
-    nbest: int = Field(1, ge=1, description="hypotheses returned per sentence (<= beam when beam is given)")
+    nbest: int = Field(1, ge=1, description="translations returned per sentence (<= beam when beam is given), "
+                                           "each a different text")
+    raw_nbest: bool = Field(False, description="every hypothesis of the beam instead, the same text in two "
+                                               "subword segmentations included")
     attention: bool = Field(False, description="also return the cross-attention of each sentence")
 
 
@@ -218,7 +221,7 @@ def add_translation_routes(app: FastAPI, service: TranslationService) -> None:
                          422: {"description": "invalid request (message in 'error')"}})
     def translate(request: TranslateRequest) -> dict[str, Any]:
         sentences = request_sentences(request, limits)
-        return service.translate(sentences, request.beam, request.nbest, request.attention)
+        return service.translate(sentences, request.beam, request.nbest, request.attention, request.raw_nbest)
 
     @app.post("/api/steps", response_model=StepsResponse, response_model_by_alias=True,
               summary="Decode one sentence step by step",

@@ -54,6 +54,7 @@ class Job:
     sentences: list[str]
     settings: DecodeConfig
     nbest: int
+    raw_nbest: bool = False
     hypotheses: list[list[Hypothesis]] | None = None
     error: BaseException | None = None
 
@@ -114,7 +115,7 @@ class TranslationService:
         with self.queue_lock:
             group, size = [], 0
             for other in self.queue:
-                same = (other.settings, other.nbest) == (job.settings, job.nbest)
+                same = (other.settings, other.nbest, other.raw_nbest) == (job.settings, job.nbest, job.raw_nbest)
                 if other is job or (same and size + len(other.sentences) <= MAX_GROUP_SENTENCES):
                     group.append(other)
                     size += len(other.sentences)
@@ -127,7 +128,7 @@ class TranslationService:
         self.batches += 1
         try:
             sentences = [s for job in group for s in job.sentences]
-            hypotheses = self.translator.search(sentences, group[0].settings, group[0].nbest)
+            hypotheses = self.translator.search(sentences, group[0].settings, group[0].nbest, group[0].raw_nbest)
         except Exception as err:
             if len(group) == 1:
                 group[0].error = err
@@ -154,14 +155,15 @@ class TranslationService:
             beam = min(max(self.translator.defaults.beam, nbest), self.limits.max_beam)
         return self.translator.settings(beam, nbest)
 
-    def translate(self, sentences: list[str], beam: int | None, nbest: int, attention: bool) -> dict[str, Any]:
+    def translate(self, sentences: list[str], beam: int | None, nbest: int, attention: bool,
+                  raw_nbest: bool = False) -> dict[str, Any]:
         """The API's answer for `sentences` (see server/app.py for its fields); `beam`
-        None means the run's default."""
+        None means the run's default; the n-best lists hold distinct texts unless `raw_nbest`."""
         for number, sentence in enumerate(sentences, start=1):
             check_line(sentence, number)
         settings = self.settings(beam, nbest)
         start = time.perf_counter()
-        job = Job(sentences, settings, nbest)
+        job = Job(sentences, settings, nbest, raw_nbest)
         with self.queue_lock:
             self.queue.append(job)
         with self.lock:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer_mt.common.config import Config, TrainConfig
 from transformer_mt.common.device import autocast, resolve_precision
@@ -111,6 +112,20 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Make `lr` the learning rate of the optimizer's next step."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+# What a validation line shows of a task's result, in this order: (key, label, decimals).
+SHOWN = (("valid_loss", "loss", 3), ("valid_ppl", "perplexity", 2), ("bleu", "BLEU", 2), ("chrf", "chrF", 2),
+         ("valid_bpc", "bits per character", 3))
+
+
+def validation_line(step: int, result: dict[str, Any], best: bool) -> str:
+    """The terminal's line for one validation point, e.g. `step 400: validation loss 1.234, BLEU
+    12.34, chrF 45.67 (best so far)`; perplexity only where there is no BLEU (a language model)."""
+    shown = [(key, label, digits) for key, label, digits in SHOWN
+             if key in result and not (key == "valid_ppl" and "bleu" in result)]
+    values = ", ".join(f"{label} {result[key]:.{digits}f}" for key, label, digits in shown)
+    return f"step {step}: validation {values}" + (" (best so far)" if best else "")
 
 
 class Trainer:
@@ -223,6 +238,8 @@ class Trainer:
         if result:
             improved = self._improved(result)
             self.log({"event": "valid", "step": self.state.step, **result, "best": improved})
+            if self.rank == 0:
+                log.info(validation_line(self.state.step, result, improved))
             if improved and self.rank == 0:
                 save_weights(self.model, self.run.best)
         elif self.rank == 0:
@@ -356,9 +373,18 @@ class Trainer:
     def train(self) -> TrainState:
         """Train until the plan says stop (max_steps, max_seconds or a budget) or early
         stopping; return the final state."""
-        t = self.cfg.train
         bar = tqdm(total=self.plan.total_steps, initial=self.state.step, disable=not self.progress,
                    desc="train", unit="step", dynamic_ncols=True)
+        with logging_redirect_tqdm(loggers=[log]) if self.progress else nullcontext():  # lines above the bar
+            self._loop(bar)
+        bar.close()
+        if self._writer is not None:
+            self._writer.close()
+        return self.state
+
+    def _loop(self, bar: tqdm) -> None:
+        """The steps, validation points and averaging of `train`."""
+        t = self.cfg.train
         window_tokens, window_start = 0, time.perf_counter()
         origin = self.clock() - self.state.elapsed  # elapsed = clock() - origin, on rank 0
         # a resumed run may have reached its plan's end: asked of a copy, since asking may record
@@ -394,7 +420,3 @@ class Trainer:
         if self.plan.averaged:
             self.average()
             self.prefer_average()
-        bar.close()
-        if self._writer is not None:
-            self._writer.close()
-        return self.state

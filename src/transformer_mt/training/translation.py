@@ -14,14 +14,14 @@ from torch import nn
 
 from transformer_mt.common.config import Config
 from transformer_mt.data.batching import Batch, BatchStream
-from transformer_mt.data.corpus_files import corpus_paths
+from transformer_mt.data.corpus_files import bleu_tokenize_hint, corpus_paths
 from transformer_mt.data.prepare import PairLimits, PreparedData, prepare_corpus, require_prepared
 from transformer_mt.data.specials import PAD_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.data.tokenizers.registry import vocab_sizes
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
 from transformer_mt.common.device import autocast, resolve_precision
-from transformer_mt.common.evaluation import score
+from transformer_mt.common.evaluation import bleu_metric, score
 from transformer_mt.common.files import atomic_path
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder, build_model
@@ -75,6 +75,9 @@ class TranslationTask:
         vocabulary sizes filled in; config.yaml is written last, once everything before
         it succeeded."""
         limits = PairLimits(cfg.data.max_len, cfg.data.max_len_ratio, cfg.model.max_positions - 1, cfg.data.train_pairs)
+        bleu_metric(cfg.data.bleu_tokenize)  # a missing sacreBLEU extra stops the run now, not at its first validation
+        if ctx.is_main and (hint := bleu_tokenize_hint(cfg.data)):
+            log.warning(hint)
 
         def make() -> tuple[Tokenizer, PreparedData]:
             paths = corpus_paths(cfg.data, run.data, cfg.train.seed)
@@ -142,7 +145,7 @@ class TranslationTask:
             return {}
         loss = self.validation_loss(model, device, precision)
         hypotheses = Translator(model, self.tokenizer, self.cfg.decode, device).translate(self.data.valid.src)
-        scores = score(hypotheses, self.data.valid.tgt)
+        scores = score(hypotheses, self.data.valid.tgt, tokenize=self.cfg.data.bleu_tokenize)
         model.train()
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), "bleu": scores.bleu,
                 "chrf": scores.chrf, "exact_match": scores.exact_match,

@@ -75,15 +75,20 @@ def _panel(ax: Axes, series: dict[str, Series], keys: list[tuple[str, str]], tit
     ax.grid(alpha=0.3)
 
 
-def curves_figure(series: dict[str, Series], name: str = "run") -> Figure:
-    """A 2 x 2 grid: loss, perplexity (log scale), BLEU and chrF, learning rate."""
+def curves_figure(series: dict[str, Series], name: str = "run", label_smoothing: float = 0.0,
+                  bleu_tokenize: str | None = None) -> Figure:
+    """A 2 x 2 grid: loss, perplexity (log scale), BLEU and chrF, learning rate. The loss panel
+    says when the training loss is label-smoothed (train.label_smoothing > 0), the scores panel
+    which tokenization BLEU used (data.bleu_tokenize)."""
     last = max((s.steps[-1] for s in series.values() if s.steps), default=0)
     fig = new_figure(12, 8, f"Training curves of {name} (up to step {last})")
     (loss, ppl), (bleu, lr) = fig.subplots(2, 2)
-    _panel(loss, series, [("loss", "train"), ("valid_loss", "validation")], "Loss (label-smoothed)", "cross entropy per token")
+    loss_title = f"Loss (label-smoothed, epsilon {label_smoothing:g})" if label_smoothing > 0 else "Loss"
+    _panel(loss, series, [("loss", "train"), ("valid_loss", "validation")], loss_title, "cross entropy per token")
     _panel(ppl, series, [("ppl", "train"), ("valid_ppl", "validation")], "Perplexity", "perplexity")
     if series["ppl"].steps or series["valid_ppl"].steps:
         ppl.set_yscale("log")
-    _panel(bleu, series, [("bleu", "BLEU"), ("chrf", "chrF")], "Validation scores", "score (0-100)")
+    bleu_label = f"BLEU (tok:{bleu_tokenize})" if bleu_tokenize else "BLEU"
+    _panel(bleu, series, [("bleu", bleu_label), ("chrf", "chrF")], "Validation scores", "score (0-100)")
     _panel(lr, series, [("lr", "learning rate")], "Learning rate", "learning rate")
     return fig

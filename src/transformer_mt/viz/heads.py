@@ -91,10 +91,12 @@ def head_ablation(
 
 
 def head_stats(
-    run: str | Path, sentences: int = 200, ablate: bool = False, device: str = "cpu", tokenize: str = "13a"
+    run: str | Path, sentences: int = 200, ablate: bool = False, device: str = "cpu", tokenize: str | None = None
 ) -> HeadStats:
-    """Entropy (and, with `ablate`, BLEU changes) of every head of a run's best weights."""
+    """Entropy (and, with `ablate`, BLEU changes, with `tokenize` or the run's data.bleu_tokenize)
+    of every head of a run's best weights."""
     translator = Translator.from_run(run, device=device)
+    tokenize = tokenize or RunDir(Path(run)).read_config().data.bleu_tokenize
     sources, references = validation_pairs(run, sentences)
     entropy = head_entropies(translator, sources, references)
     if not ablate:
