@@ -196,3 +196,11 @@ def test_serve_command_line_on_a_language_model(lm_run: Path, capsys: pytest.Cap
     assert main(["serve", str(lm_run), "--dtype", "bfloat16"]) == 2  # refused before the server starts
     err = capsys.readouterr().err
     assert "float32 only" in err and err.count("\n") == 1
+
+
+
+def test_the_docs_and_serve_help_name_every_route_served(client: TestClient, capsys) -> None:
+    from test_server import documented_routes
+
+    routes = documented_routes(client.app, capsys)
+    assert {"POST /api/generate", "POST /api/generate/step", "POST /api/generate/explain"} <= routes

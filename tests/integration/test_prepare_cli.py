@@ -48,3 +48,13 @@ def test_a_failed_prepare_leaves_no_run(tmp_path: Path, capsys) -> None:
                  f"--data.train_src={tmp_path / 'a.txt'}", f"--data.train_tgt={tmp_path / 'b.txt'}"])
     assert code == 2 and "a.txt has 2 lines but" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_vocabulary_smaller_than_asked_says_its_size(tmp_path: Path, capsys) -> None:
+    """A small corpus has fewer pieces than data.vocab_size: one line gives the size reached."""
+    from transformer_mt.data.tokenizers.registry import load_tokenizer
+
+    run = tmp_path / "run"
+    assert main(["vocab", "tiny", "--run", str(run), "--data.task_size=300", "--data.vocab_size=5000"]) == 0
+    reached = len(load_tokenizer(run / "tokenizer.model"))
+    assert f"the corpus gave a vocabulary of {reached} pieces, fewer than data.vocab_size=5000" in capsys.readouterr().err

@@ -201,6 +201,48 @@ def test_beam_and_nbest(client: TestClient, translator: Translator) -> None:
     assert data["beam"] == 3 and data["nbest"] == 2
 
 
+def test_nbest_lists_distinct_translations_unless_raw(client: TestClient, translator: Translator) -> None:
+    """The n-best list holds each text once, at its best score (a beam may finish one text in two
+    segmentations); raw_nbest lists every hypothesis the beam finished, as search found them."""
+    lines = ["w1 w2 w3", "w4 w5 w5", "w6"]
+    found = translator.search(lines, translator.settings(beam=4, nbest=4), 4, raw_nbest=True)
+    distinct = post(client, {"sentences": lines, "beam": 4, "nbest": 4}).json()
+    raw = post(client, {"sentences": lines, "beam": 4, "nbest": 4, "raw_nbest": True}).json()
+    for hypotheses, one_each, every in zip(found, distinct["results"], raw["results"]):
+        assert [h["text"] for h in every["nbest"]] == [h.text for h in hypotheses]
+        best_of_each = {}
+        for h in hypotheses:
+            best_of_each.setdefault(h.text, h.score)
+        assert [h["text"] for h in one_each["nbest"]] == list(best_of_each)
+        assert [h["score"] for h in one_each["nbest"]] == pytest.approx(list(best_of_each.values()))
+
+
+def api_routes(app) -> set[str]:
+    """`METHOD /path` of every JSON route an app serves (the page and its static files aside)."""
+    return {f"{method} {route.path}" for route in app.routes for method in getattr(route, "methods", None) or ()
+            if route.path.startswith("/api/") or route.path == "/openapi.json"} - {"HEAD /openapi.json"}
+
+
+def documented_routes(app, capsys) -> set[str]:
+    """The app's routes (api_routes), each checked to be in docs/plots.md's API tables and in
+    `serve --help`."""
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "plots.md").read_text(encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    routes = api_routes(app)
+    for route in routes:
+        assert f"`{route}`" in documented, route
+        assert route.split()[1] in helped, route
+    return routes
+
+
+def test_the_docs_and_serve_help_name_every_route_served(client: TestClient, capsys) -> None:
+    """Against what the translation page serves (test_lm_server.py: the generate view's)."""
+    routes = documented_routes(client.app, capsys)
+    assert {"POST /api/translate", "POST /api/steps", "POST /api/explain", "GET /api/doctor"} <= routes
+
+
 def test_concurrent_requests_with_mixed_beams_get_exactly_their_own(tiny_run: Path) -> None:
     """Many requests at once, mixing beam 1, beam 5 and no beam (the run's default, set
     to 5 here), return exactly what each returns alone: no request decodes with another's

@@ -71,6 +71,15 @@ def test_nbest_lines_carry_index_text_and_score(tiny_run: Path, source_file: Pat
     assert [int(index) for index, _, _ in rows] == [0, 0, 1, 1, 2, 3, 3]  # the empty line has one
     for _, _, score in rows:
         float(score)
+    assert main(["translate", str(tiny_run), "-i", str(source_file), "--nbest", "3", "--beam", "3", "--raw-nbest",
+                 "--device", "cpu"]) == 0
+    raw = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    assert [int(index) for index, _, _ in raw] == [0, 0, 0, 1, 1, 1, 2, 3, 3, 3]  # every hypothesis of the beam
+    assert main(["translate", str(tiny_run), "-i", str(source_file), "--nbest", "3", "--beam", "3", "--device", "cpu"]) == 0
+    distinct = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    by_line = {index: [text for i, text, _ in raw if i == index] for index, _, _ in raw}
+    assert [(i, text) for i, text, _ in distinct] == [(i, text) for i, texts in by_line.items()
+                                                      for text in dict.fromkeys(texts)]
 
 
 def test_stdin_is_answered_line_by_line(tiny_run: Path) -> None:

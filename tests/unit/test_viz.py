@@ -18,6 +18,7 @@ from transformer_mt.common.errors import UserError
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.recording import record_attention
 from transformer_mt.inference.translator import Translator
+from transformer_mt.viz.curves import TRAIN_KEYS, VALID_KEYS, Series
 from transformer_mt.viz import (
     DPI,
     KINDS,
@@ -25,6 +26,7 @@ from transformer_mt.viz import (
     attention_head_figure,
     attention_maps,
     encoding_similarity,
+    curves_figure,
     principal_components,
     read_metrics,
 )
@@ -88,6 +90,16 @@ def test_svg_output_has_figure_size_in_points(tmp_path: Path) -> None:
 def test_masks_from_a_run_batch(tmp_path: Path, tiny_run: Path) -> None:
     out = plot(tmp_path, "masks", "--run", str(tiny_run), "--batch-size", "3")
     assert png_size(out) == (1500, 500)
+
+
+@pytest.mark.parametrize("smoothing,title", [(0.0, "Loss"), (0.1, "Loss (label-smoothed, epsilon 0.1)")])
+def test_curves_say_what_the_loss_and_bleu_are(smoothing: float, title: str) -> None:
+    """The loss panel says label-smoothed only where it was; BLEU names its tokenization."""
+    series = {key: Series([1, 2], [1.0, 0.5]) for key in TRAIN_KEYS + VALID_KEYS}
+    figure = curves_figure(series, "run", label_smoothing=smoothing, bleu_tokenize="char")
+    loss, _, scores, _ = figure.axes
+    assert loss.get_title() == title
+    assert [text.get_text() for text in scores.get_legend().get_texts()] == ["BLEU (tok:char)", "chrF"]
 
 
 def test_curves_of_a_run(tmp_path: Path, tiny_run: Path) -> None:
