@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="translate at most the first N sentences (default 200)")
     doctor.add_argument("--json", action="store_true",
                         help='print one JSON object: {"findings": [{"id", "value", "limit", "message", "fix", '
-                             '"cost"}], "checked": [...], "not_checked": {id: why}}')
+                             '"cost", "follows_from"}], "checked": [...], "not_checked": {id: why}}')
     doctor.set_defaults(func=run_doctor, overrides=[])
 
 

@@ -32,7 +32,8 @@ class Finding:
     """id: the check's stable name; value and limit: what was measured and the limit it
     crossed (thresholds.py); message: what it means for this model; fix: a config override
     or an action; cost: what the cause cost in the notes' recipe, with the link, or None
-    where it was not measured."""
+    where it was not measured; follows_from: the findings of this report it may be a symptom
+    of (report.FOLLOWS): fix those first."""
 
     id: str
     value: float | str
@@ -40,6 +41,7 @@ class Finding:
     message: str
     fix: str
     cost: str | None = None
+    follows_from: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

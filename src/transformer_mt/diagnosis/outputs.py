@@ -1,5 +1,5 @@
 """Checks of the translations themselves (--src/--ref, else the run's validation set):
-source_ignored, length, repetition."""
+source_ignored, length (and outputs cut at the length limit), repetition."""
 
 from __future__ import annotations
 
@@ -36,8 +36,29 @@ def source_ignored(case: Case) -> Finding | None:
         "(True = may attend) and that it trains on all the pairs you have")
 
 
+def cut_at_limit(case: Case) -> Finding | None:
+    """Hypotheses that ended at the decoding length limit, not at eos: a `length` finding that
+    names decode.max_len_a and decode.max_len_b, which cut them."""
+    hypotheses = case.hypotheses
+    cut = sum(not h.finished for h in hypotheses)
+    share = cut / max(len(hypotheses), 1)
+    if share <= thresholds.CUT.value:
+        return None
+    decode = case.cfg.decode
+    return Finding(
+        "length", round(share, 3), thresholds.CUT.value,
+        f"{cut} of {len(hypotheses)} translations end at the decoding length limit (decode.max_len_a = "
+        f"{decode.max_len_a:g} x the source length + decode.max_len_b = {decode.max_len_b}), not at eos: the limit "
+        "cut them",
+        "raise the limit (the defaults: --decode.max_len_a=1 --decode.max_len_b=50); if outputs still run to it, "
+        "check repetition")
+
+
 def length(case: Case) -> Finding | None:
-    """The hypotheses' length (white-space words) over the references'."""
+    """Hypotheses cut at the decoding length limit (cut_at_limit), else the hypotheses' length
+    (white-space words) over the references'."""
+    if found := cut_at_limit(case):
+        return found
     words = sum(len(h.text.split()) for h in case.hypotheses)
     ratio = words / max(sum(len(r.split()) for r in case.references), 1)
     if thresholds.LENGTH_LOW.value <= ratio <= thresholds.LENGTH_HIGH.value:
@@ -59,15 +80,16 @@ def loops(text: str) -> bool:
 
 
 def repetition(case: Case) -> Finding | None:
-    """The share of hypotheses that loop: a word pair repeated, or the length limit reached."""
+    """The share of hypotheses that loop: a word pair REPEATS times or more. An output cut at the
+    length limit without a loop is a `length` finding, not a loop."""
     hypotheses = case.hypotheses
-    looping = [h for h in hypotheses if loops(h.text) or not h.finished]
+    looping = [h for h in hypotheses if loops(h.text)]
     share = len(looping) / max(len(hypotheses), 1)
     if share <= thresholds.REPETITION.value:
         return None
-    unfinished = sum(not h.finished for h in hypotheses)
+    unfinished = sum(not h.finished for h in looping)
     return Finding(
         "repetition", round(share, 3), thresholds.REPETITION.value,
-        f"{len(looping)} of {len(hypotheses)} translations loop ({unfinished} run to the length limit), "
+        f"{len(looping)} of {len(hypotheses)} translations loop ({unfinished} of them run to the length limit), "
         f"for example {looping[0].text[:80]!r}",
-        "check source_ignored and memorization; a beam (--decode.beam=4) ends fewer outputs at the limit")
+        "check source_ignored and memorization; a beam (--decode.beam=4) ends fewer outputs in a loop")

@@ -4,27 +4,49 @@ the JSON object `doctor --json` prints: {"findings": [...], "checked": [...], "n
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from transformer_mt.diagnosis import metrics, outputs, text, weights
 from transformer_mt.diagnosis.case import Case, NotChecked
 from transformer_mt.diagnosis.finding import Finding
 
-# id -> check. The ids are stable: users and scripts rely on them.
+# id -> check, root causes first. The ids are stable: users and scripts rely on them.
 CHECKS: dict[str, Callable[[Case], Finding | None]] = {
     "embedding_scale": weights.embedding_scale,
     "cloned_init": weights.cloned_init,
     "tied_scale": weights.tied_scale,
+    "misaligned_pairs": text.misaligned_pairs,
     "unknown_words": text.unknown_words,
     "truncation": text.truncation,
-    "memorization": metrics.memorization,
     "schedule": metrics.schedule,
+    "memorization": metrics.memorization,
     "undertrained": metrics.undertrained,
     "source_ignored": outputs.source_ignored,
     "length": outputs.length,
     "repetition": outputs.repetition,
 }
+
+# A cause -> the findings that may follow from it. Where a cause and one of these fire together,
+# the report marks the second as following from the first: fixing the cause is the first step.
+FOLLOWS: dict[str, tuple[str, ...]] = {
+    "embedding_scale": ("schedule", "memorization", "undertrained", "source_ignored", "length", "repetition"),
+    "cloned_init": ("schedule", "undertrained", "source_ignored", "length", "repetition"),
+    "tied_scale": ("schedule", "undertrained", "source_ignored", "length", "repetition"),
+    "misaligned_pairs": ("schedule", "memorization", "source_ignored", "length", "repetition"),
+    "unknown_words": ("source_ignored", "length", "repetition"),
+    "truncation": ("length",),
+    "schedule": ("memorization", "undertrained", "source_ignored", "length", "repetition"),
+    "memorization": ("source_ignored", "length", "repetition"),
+}
+
+
+def with_causes(findings: list[Finding]) -> list[Finding]:
+    """`findings` (in CHECKS order: causes first), each marked with the causes among them it may
+    follow from."""
+    fired = [f.id for f in findings]
+    return [replace(f, follows_from=tuple(cause for cause in fired if f.id in FOLLOWS.get(cause, ())))
+            for f in findings]
 
 
 @dataclass
@@ -44,7 +66,8 @@ class Report:
     def text(self) -> str:
         lines = [f"doctor {self.case}: {len(self.findings)} finding(s)"]
         for f in self.findings:
-            lines.append(f"\n{f.id}: {f.value} (limit {f.limit})")
+            follows = f", which may follow from {' and '.join(f.follows_from)}: fix that first" if f.follows_from else ""
+            lines.append(f"\n{f.id}: {f.value} (limit {f.limit}){follows}")
             for label, body in (("", f.message), ("fix: ", f.fix), ("cost: ", f.cost)):
                 if body:
                     lines += textwrap.wrap(label + body, 100, initial_indent="  ", subsequent_indent="    ",
@@ -71,4 +94,5 @@ def diagnose(case: Case, only: list[str] | None = None) -> Report:
             report.checked.append(key)
         else:
             report.findings.append(found)
+    report.findings = with_causes(report.findings)
     return report

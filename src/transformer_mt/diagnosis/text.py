@@ -1,9 +1,15 @@
-"""Checks of the text against the vocabulary and the length limits: unknown_words, truncation."""
+"""Checks of the text: against the vocabulary and the length limits (unknown_words,
+truncation), and of the training pairs against each other (misaligned_pairs)."""
 
 from __future__ import annotations
 
 import json
+import math
+from itertools import islice
+from pathlib import Path
 
+from transformer_mt.common.errors import UserError
+from transformer_mt.data.corpus import decode_line, iter_raw_pairs, usable_pair
 from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case, NotChecked
@@ -53,4 +59,57 @@ def truncation(case: Case) -> Finding | None:
         "truncation", round(share, 4), thresholds.TRUNCATION.value,
         f"{counts['filtered']} of the {usable} training pairs ({share:.1%}) were dropped: a side longer than "
         f"data.max_len = {data.max_len} subwords, or a length ratio above data.max_len_ratio = {data.max_len_ratio:g}",
-        f"raise --data.max_len (and model.max_positions with it) or --data.max_len_ratio, or clean the corpus")
+        "raise --data.max_len (and model.max_positions with it) or --data.max_len_ratio, or clean the corpus")
+
+
+PAIRS_READ = 5000  # training pairs whose lengths are compared: enough for a correlation to two decimals
+
+
+def length_correlation(sources: list[str], targets: list[str]) -> float:
+    """Pearson's correlation of the two sides' lengths in characters, pair by pair: a sentence
+    and its translation are long or short together, lines shifted or shuffled are not."""
+    xs, ys = [len(s) for s in sources], [len(t) for t in targets]
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    cov = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
+    spread = math.sqrt(sum((x - mean_x) ** 2 for x in xs) * sum((y - mean_y) ** 2 for y in ys))
+    return cov / spread if spread else 1.0
+
+
+def first_pairs(src: Path, tgt: Path) -> tuple[list[str], list[str]]:
+    """The first PAIRS_READ usable pairs of two training files, streamed (a corpus of millions
+    of lines is not read whole)."""
+    pairs = ((decode_line(s, n, str(src)), decode_line(t, n, str(tgt)))
+             for n, (s, t) in enumerate(iter_raw_pairs(src, tgt), start=1))
+    kept = list(islice((pair for pair in pairs if usable_pair(*pair)), PAIRS_READ))
+    return [s for s, _ in kept], [t for _, t in kept]
+
+
+def misaligned_pairs(case: Case) -> Finding | None:
+    """Training lines that do not translate each other (a target file shifted by a line, a
+    stray blank line, files sorted or shuffled apart): the lengths of the first PAIRS_READ
+    training pairs barely correlate. Where the translations were checked too, the loss the
+    right sources give against shifted ones is the model's evidence."""
+    if case.run is None:
+        raise NotChecked("no training text (a config before training)")
+    try:
+        sources, targets = first_pairs(*case.run.text_files(("train",)))
+    except UserError as err:
+        raise NotChecked(f"the training text cannot be read ({err})") from None
+    if len(sources) < 20:
+        raise NotChecked("fewer than 20 training pairs")
+    r = length_correlation(sources, targets)
+    if r >= thresholds.MISALIGNED.value:
+        return None
+    evidence = ""
+    if case.tokenizer is not None and case.sources:  # the model's view: does its source matter to it?
+        right, shifted = case.losses
+        evidence = (f"; the model agrees: the right sources lower the loss by {(shifted - right) / shifted:.1%} "
+                    "against shifted ones")
+    return Finding(
+        "misaligned_pairs", round(r, 3), thresholds.MISALIGNED.value,
+        f"the lengths of the first {len(sources)} training pairs correlate at {r:.2f} (aligned translations: 0.6 "
+        f"and above): line N of the target file does not translate line N of the source file{evidence}, so the "
+        "model can only learn which target words are common",
+        "check the line alignment of the training files: the same number of lines, no stray blank line or header "
+        "in one of them, not sorted or shuffled apart (`paste src tgt | head`)")

@@ -32,13 +32,25 @@ SOURCE_IGNORED_GAIN = Threshold(0.05, "the right source lowers the loss by less 
                                   "that reads its source lowers it by half or more")
 LENGTH_LOW = Threshold(0.8, "hypotheses 20% shorter than the references: BLEU's brevity penalty alone costs 22%")
 LENGTH_HIGH = Threshold(1.25, "hypotheses 25% longer than the references")
-REPETITION = Threshold(0.05, "more than 5% of hypotheses repeat a word pair 3 times or end at the length limit; "
-                         "captions and news sentences almost never do")
+REPETITION = Threshold(0.05, "more than 5% of hypotheses repeat a word pair 3 times; captions and news sentences "
+                             "almost never do")
+CUT = Threshold(0.05, "more than 5% of hypotheses end at the decoding length limit (decode.max_len_a x source + "
+                      "decode.max_len_b) instead of at eos: the limit, not the model, decided their length")
 TRUNCATION = Threshold(0.01, "more than 1% of the training pairs dropped by data.max_len or data.max_len_ratio")
 TIED_SCALE = Threshold(3.0, "logits of a tied output layer with a standard deviation above 3 at the start (sqrt(d_model) "
                         "x the embedding's RMS): the first softmax puts almost all mass on a few random tokens; "
                         "N(0, 1) embeddings at d_model 128 give 11.3, Xavier 0.2, N(0, 1/d_model) 1")
+DIVERGED = Threshold(0.5, "the training loss, smoothed over SMOOTHING logged steps, ended more than 0.5 nats above "
+                          "its lowest: the model now gives the right tokens 40% less probability than it once did; a "
+                          "margin in nats, so a loss near 0 that wobbles (0.00 to 0.01) is not a divergence")
+MISALIGNED = Threshold(0.3, "the character lengths of the training pairs' two sides correlate below 0.3; aligned "
+                            "parallel text correlates at 0.6 and above (Multi30k en-de 0.8, the numbers task 0.9, "
+                            "the copy task 1.0), lines shifted or shuffled against each other near 0")
 UNIGRAM = Threshold(0.9, "a final training loss above 90% of the target unigram entropy: the model predicts word "
                      "frequencies and little else")
-UNDERTRAINED_BLEU = Threshold(0.5, "validation BLEU rose by more than 0.5 over the last validation interval")
-UNDERTRAINED_LOSS = Threshold(0.01, "validation loss fell by more than 1% over the last validation interval")
+UNDERTRAINED_BLEU = Threshold(0.5, "validation BLEU rose by more than 0.5 points over the last validation interval: "
+                                   "more than seed-to-seed noise of one validation set")
+UNDERTRAINED_LOSS = Threshold(0.02, "validation loss fell by more than 0.02 nats over the last validation interval "
+                                    "(in nats, not a share: near 0, a share of a tiny loss is noise)")
+CEILING = Threshold(0.95, "a model whose validation output matches 95% of its references exactly (or scores chrF "
+                          "95) is at its task's ceiling: more training cannot measurably help it")

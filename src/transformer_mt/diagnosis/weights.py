@@ -12,41 +12,37 @@ from transformer_mt.diagnosis.finding import Finding, cost
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.embeddings import Embeddings
 from transformer_mt.model.layers import PositionwiseFeedForward
+from transformer_mt.model.measures import EmbeddingToPosition, embedding_to_position, near_copies, rms
 
-XAVIER_LOOP = "for p in model.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p)"
-SAMPLE = 1 << 16  # entries of each matrix that the correlations read: a copy shows on any part of it
-
-
-def rms(tensor: torch.Tensor) -> float:
-    return float(tensor.detach().float().pow(2).mean().sqrt())
+CHECK = "transformer-mt check FILE:make_model"  # checks the learner's own code before any training
 
 
-def added_rms(embed: Embeddings) -> float:
-    """The RMS of a token embedding as the model adds it to the positions (times sqrt(d_model)
-    where it scales), the padding row left out."""
+def added(embed: Embeddings, positions: torch.Tensor) -> EmbeddingToPosition:
+    """A token embedding as the model adds it to the positions (times sqrt(d_model) where it
+    scales), the padding row left out, against the positions' RMS."""
     rows = torch.ones(embed.lut.num_embeddings, dtype=torch.bool)
     rows[PAD_ID] = False
-    return rms(embed.lut.weight[rows]) * embed.scale
+    return embedding_to_position(embed.lut.weight[rows], embed.scale, positions)
 
 
 def embedding_scale(case: Case) -> Finding | None:
     """The token embeddings as added over the positional encoding, both as RMS (section 3.4
     scales by sqrt(d_model) so that the two are of one size)."""
     model = case.model
-    positions = rms(model.positional.table()[:256])
-    sides = {"source": added_rms(model.src_embed), "target": added_rms(model.tgt_embed)}
-    side, largest = max(sides.items(), key=lambda item: item[1])
-    ratio = largest / positions
+    table = model.positional.table()[:256]
+    sides = {"source": added(model.src_embed, table), "target": added(model.tgt_embed, table)}
+    side, measured = max(sides.items(), key=lambda item: item[1].ratio)
+    largest, positions, ratio = measured.added, measured.positions, measured.ratio
     if ratio <= thresholds.EMBEDDING_SCALE.value:
         return None
     scaled = f"times sqrt(d_model) = {model.src_embed.scale:.1f}, " if model.src_embed.scale != 1 else ""
     return Finding(
         "embedding_scale", round(ratio, 2), thresholds.EMBEDDING_SCALE.value,
         f"the {side} embeddings as the model adds them ({scaled}RMS {largest:.2f}) are {ratio:.1f} times the "
-        f"positional encoding (RMS {positions:.2f}): the positions are {1 / (1 + ratio ** 2):.1%} of the sum, so "
+        f"positional encoding (RMS {positions:.2f}): the positions are {measured.position_share:.1%} of the sum, so "
         "the model barely sees word order",
-        f"--model.init=xavier (or --model.embedding_init=normal with it); in your own code, re-draw the weights after "
-        f"building the model: {XAVIER_LOOP}",
+        f"--model.init=xavier (or --model.embedding_init=normal with it); your own code: `{CHECK}` (its "
+        "embedding_init check) says where and how to re-draw the weights",
         cost("+xavier", "+unscaled_embedding"))
 
 
@@ -64,32 +60,11 @@ def weight_matrices(case: Case) -> dict[str, torch.Tensor]:
     return found
 
 
-def near_copies(matrices: dict[str, torch.Tensor]) -> list[tuple[float, str, str]]:
-    """(correlation, name, name) of each pair of equally shaped matrices whose entries
-    correlate at thresholds.CLONED or above, highest first."""
-    pairs = []
-    by_shape: dict[tuple[int, ...], list[str]] = {}
-    for name, matrix in matrices.items():
-        by_shape.setdefault(tuple(matrix.shape), []).append(name)
-    for names in by_shape.values():
-        if len(names) < 2:
-            continue
-        rows = torch.stack([matrices[n].detach().float().reshape(-1)[:SAMPLE] for n in names])  # (M, n)
-        rows = rows - rows.mean(1, keepdim=True)
-        rows = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-12)
-        correlation = rows @ rows.T  # (M, M)
-        for i in range(len(names)):
-            for j in range(i + 1, len(names)):
-                if correlation[i, j] >= thresholds.CLONED.value:
-                    pairs.append((float(correlation[i, j]), names[i], names[j]))
-    return sorted(pairs, reverse=True)
-
-
 def cloned_init(case: Case) -> Finding | None:
     """Weight matrices that are copies of each other: what copy.deepcopy of one module into
     many gives when nothing re-draws them (the notes' make_model: clones() and c(attn))."""
     matrices = weight_matrices(case)
-    pairs = near_copies(matrices)
+    pairs = near_copies(matrices, thresholds.CLONED.value)
     if not pairs:
         return None
     copied = {name for _, a, b in pairs for name in (a, b)}
@@ -99,8 +74,8 @@ def cloned_init(case: Case) -> Finding | None:
         f"{len(copied)} of {len(matrices)} weight matrices are near copies of another ({len(pairs)} pairs, "
         f"correlation up to {top:.3f}: {a} and {b}); deep copies of one module that nothing re-drew start as "
         "one function, and training must first pull them apart",
-        f"re-draw every matrix after the deep copies (the Annotated Transformer's loop: {XAVIER_LOOP}), or "
-        "--model.init=xavier")
+        f"--model.init=xavier; your own code: `{CHECK}` (its cloned_init check) names the copies and how to re-draw "
+        "them")
 
 
 def tied_scale(case: Case) -> Finding | None:

@@ -10,7 +10,9 @@ function findingItem(finding) {
   name.textContent = finding.id;
   head.append(name, ` ${finding.value} (limit ${finding.limit}): ${finding.message}`);
   item.append(head);
-  for (const [label, text] of [["fix", finding.fix], ["cost", finding.cost]]) {
+  const follows = (finding.follows_from || []).join(" and ");
+  const first = follows ? `may follow from ${follows}: fix that first` : "";
+  for (const [label, text] of [["cause", first], ["fix", finding.fix], ["cost", finding.cost]]) {
     if (!text) continue;
     const line = document.createElement("p");
     line.className = "muted";
