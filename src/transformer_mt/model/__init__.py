@@ -11,6 +11,7 @@
     model/language_model.py  the decoder alone: a GPT-style language model
     model/cache.py           the keys and values of step-by-step decoding
     model/recording.py       recording attention weights, silencing heads
+    model/measures.py        weight measures the doctor and `check` share (embeddings against positions, copies)
 """
 
 from transformer_mt.model.attention import MultiHeadAttention, attention
