@@ -40,13 +40,13 @@ LAYERS = (
     ("runs",),  # a run directory and its weight files; int8 weights
     ("interop",),  # Marian and GPT-2 in; CTranslate2 and Hugging Face out
     ("inference",),  # a run as a function (Translator, LanguageModel) and looked inside
-    ("diagnosis",),  # the doctor
+    ("diagnosis", "check"),  # side by side: the doctor; `check`, the learner's own code against the paper
     ("training", "server", "viz"),  # side by side: none imports another (the rules below)
     ("demo",),  # trains a run (training) and draws it (viz)
     ("cli", "__main__"),
 )
 # Inference and learner code never imports training (the demo trains, so it does).
-NEVER_TRAINING = ("inference", "diagnosis", "server", "viz", "interop", "decoding")
+NEVER_TRAINING = ("inference", "diagnosis", "check", "server", "viz", "interop", "decoding")
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:

@@ -1,11 +1,11 @@
 """The `transformer-mt` command line: one sub-command per job.
 
     transformer-mt demo | train | prepare | vocab | average | translate | evaluate | generate | plot | serve
-                   | data | export | import | doctor
+                   | data | export | import | doctor | check
 
 Each sub-command lives in a module of this package with a `register(subparsers)`
 function: train.py (train, prepare, vocab, average, demo), translate.py (translate, evaluate),
-generate.py, plot.py, serve.py, data.py, interop.py (export, import), doctor.py. The flags
+generate.py, plot.py, serve.py, data.py, interop.py (export, import), doctor.py, check.py. The flags
 several commands share are built here (add_option_flag, add_checkpoint_flag, ...). User mistakes (`UserError`) print one line and exit with code 2; no traceback."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from transformer_mt import __version__
 from transformer_mt.common.config import CHECKPOINT_CHOICES, SECTIONS, ConfigError, config_from_dict, parse_override
 from transformer_mt.common.errors import USER_ERRORS
 
-COMMAND_MODULES = ("train", "translate", "generate", "plot", "serve", "data", "interop", "doctor")
+COMMAND_MODULES = ("train", "translate", "generate", "plot", "serve", "data", "interop", "doctor", "check")
 
 
 class OneLineLogFormatter(logging.Formatter):
