@@ -135,6 +135,14 @@ OPEN_CHOICES = [
                                             ("src_mask = (src != pad).unsqueeze(1)", "src_mask = (src == pad).unsqueeze(1)"),
                                             ("tgt_mask = (tgt != pad).unsqueeze(1) & subsequent_mask",
                                              "tgt_mask = (tgt == pad).unsqueeze(1) | subsequent_mask"))),
+    Case("look_ahead_function_only", "annotated", (("def create_masks(", "def _masks("),)),
+    Case("additive_masks", "annotated", (
+        ("scores = scores.masked_fill(~mask.bool(), -1e9)", "scores = scores + mask"),
+        ("allowed = torch.ones(size, size, dtype=torch.bool).tril()",
+         "allowed = torch.zeros(size, size).masked_fill(torch.ones(size, size, dtype=torch.bool).triu(1), -1e9)"),
+        ("src_mask = (src != pad).unsqueeze(1)", "src_mask = torch.zeros(src.shape).masked_fill(src == pad, -1e9).unsqueeze(1)"),
+        ("tgt_mask = (tgt != pad).unsqueeze(1) & subsequent_mask(tgt.size(1))",
+         "tgt_mask = torch.zeros(tgt.shape).masked_fill(tgt == pad, -1e9).unsqueeze(1) + subsequent_mask(tgt.size(1))"))),
     Case("log_probabilities_out", "tutorial", (("return self.out(self.decoder(trg, e_outputs, src_mask, trg_mask))",
                                                 "return F.log_softmax(self.out(self.decoder(trg, e_outputs, src_mask, "
                                                 "trg_mask)), -1)"),)),

@@ -119,7 +119,8 @@ def mask(subject: Subject) -> Outcome:
     """Their mask function: the look-ahead part lower-triangular with the diagonal, source
     padding hidden, read in the encoding their model's attention uses."""
     if not subject.masks.functions:
-        raise NotChecked(f"the file has no mask function: the masks were {subject.masks.describe}")
+        raise NotChecked("the file has no mask function of its own to check (create_masks, make_std_mask, "
+                         "subsequent_mask or nopeak_mask)")
     encoding = model_encoding(subject)
     src_mask, _ = subject.masks.make(padded(subject.src, SRC_LENGTHS), subject.tgt)
     _, tgt_mask = subject.masks.make(subject.src, subject.tgt)

@@ -98,8 +98,8 @@ def look_ahead_with_padding(look_ahead: torch.Tensor, tgt: torch.Tensor) -> torc
     encoding: a bool mask whose first entry hides (True = blocked) takes padding by `|`."""
     pad_attend = (tgt != PAD).unsqueeze(-2)  # (B, 1, T)
     if look_ahead.dtype == torch.bool:
-        blocked = bool(squeezed(look_ahead)[0, 0, 0])  # position 0 may always see itself
-        return look_ahead | ~pad_attend if blocked else look_ahead & pad_attend
+        attend = bool(squeezed(look_ahead)[0, 0, 0])  # position 0 may always see itself
+        return look_ahead & pad_attend if attend else look_ahead | ~pad_attend
     if look_ahead.is_floating_point() and bool((look_ahead < -1e4).any()):
         return look_ahead + encode(pad_attend, "additive")
     return look_ahead * pad_attend
