@@ -109,6 +109,12 @@ BUGS = [
     Case("scale_by_sqrt_d_model", "tutorial", (("/ math.sqrt(self.d_k)", "/ math.sqrt(self.d_model)"),), "attention"),
     Case("cross_attention_unmasked", "tutorial", (("self.attn_2(x, e_outputs, e_outputs, src_mask)",
                                                    "self.attn_2(x, e_outputs, e_outputs, None)"),), "padding"),
+    Case("tutorial_never_redrawn", "tutorial", (("    for p in model.parameters():\n        if p.dim() > 1:\n"
+                                                 "            nn.init.xavier_uniform_(p)\n", ""),), "cloned_init"),
+    Case("n01_target_embeddings", "tutorial", (("    return model\n", "    nn.init.normal_(model.decoder.embed.embed.weight)\n"
+                                                                   "    return model\n"),), "embedding_init"),
+    Case("an_unused_projection", "annotated", (("clones(nn.Linear(d_model, d_model), 4)",
+                                                "clones(nn.Linear(d_model, d_model), 5)"),), "parameter_count"),
     Case("no_ffn_bias", "tutorial", (("self.linear_2 = nn.Linear(d_ff, d_model)",
                                       "self.linear_2 = nn.Linear(d_ff, d_model, bias=False)"),), "feed_forward"),
 ]

@@ -64,6 +64,13 @@ def test_what_the_paper_leaves_open_passes(tmp_path: Path, case: Case) -> None:
     assert set(found.values()) == {"pass"}, report.text()
 
 
+def test_an_adapter_of_a_few_lines_checks_another_shape() -> None:
+    """docs/check.md's adapter: the tutorial's model wrapped in encode, decode and generator."""
+    report = checked(HERE / "adapter.py")
+    assert report.subject.convention.name == "annotated"
+    assert set(statuses(report).values()) == {"pass"}, report.text()
+
+
 def test_the_failures_name_the_part_and_the_slip(tmp_path: Path) -> None:
     """What a learner reads: the module, what was measured, against what the paper gives."""
     by_name = {case.name: case for case in BUGS}

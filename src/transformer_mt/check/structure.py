@@ -193,8 +193,9 @@ def parameter_count(subject: Subject) -> Outcome:
         return passed(f"{total:,} parameters: the paper's count for these sizes {totals[total]}{note}")
     nearest = min(totals, key=lambda count: abs(count - total))
     d = sizes.d_model
-    units = {"d_model x d_model matrix": d * d, "d_model x d_ff matrix": d * d_ff, "vocabulary x d_model table":
-             sizes.tgt_vocab * d, "vector of d_ff": d_ff, "vector of d_model": d}
+    units = {"nn.Linear(d_model, d_model)": d * d + d, "d_model x d_model matrix": d * d,
+             "d_model x d_ff matrix": d * d_ff, "vocabulary x d_model table": sizes.tgt_vocab * d,
+             "vector of d_ff": d_ff, "vector of d_model": d}
     return failed(f"{total:,} parameters; the paper's model at these sizes has {nearest:,} ({totals[nearest]}): "
                   f"{total - nearest:+,}{explained(total - nearest, units)}{note}",
                   "compare each module's parameters with the paper's: 4 d_model x d_model projections per attention, "
