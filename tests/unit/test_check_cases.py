@@ -71,6 +71,15 @@ def test_an_adapter_of_a_few_lines_checks_another_shape() -> None:
     assert set(statuses(report).values()) == {"pass"}, report.text()
 
 
+def test_what_the_checks_cannot_read_is_not_checked_never_failed() -> None:
+    """torch.nn.Transformer inside: a fused attention and no feed-forward module of its own."""
+    report = checked(HERE / "pytorch_modules.py")
+    found = statuses(report)
+    assert "fail" not in found.values(), report.text()
+    assert found["attention"] == found["feed_forward"] == "not_checked"
+    assert found["causal"] == found["padding"] == found["parameter_count"] == "pass"
+
+
 def test_the_failures_name_the_part_and_the_slip(tmp_path: Path) -> None:
     """What a learner reads: the module, what was measured, against what the paper gives."""
     by_name = {case.name: case for case in BUGS}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import nn
 
+from transformer_mt.check.masks import may_attend
 from transformer_mt.check.recording import Call, linears
 from transformer_mt.check.result import NotChecked, Outcome, close, difference, failed, passed
 from transformer_mt.check.subject import Subject
@@ -35,20 +36,29 @@ class Form:
     merge: str = "transpose"  # (B, h, T, d_k) -> (B, T, d_model): transpose(1, 2) then view
     heads: int = 0  # 0: the h the model was built with
     w_o: bool = True
+    masking: str = "before"  # hidden keys set to -1e9 before the softmax
 
 
 PAPER = Form()
 SLIPS = {  # field -> the other values a learner writes
-    "scale": ("1", "d_k", "sqrt(d_model)", "times sqrt(d_k)"), "axis": ("queries",), "weighted": ("K",),
+    "scale": ("1", "d_k", "sqrt(d_model)", "times sqrt(d_k)"), "axis": ("queries", "heads"), "weighted": ("K",),
     "split": ("view",), "merge": ("view",), "heads": (1, 2, 8), "w_o": (False,),
 }
-ATTENTION_FIELDS = ("scale", "axis", "weighted")  # equation 1; the rest is multi-head (section 3.2.2)
+MASKINGS = ("before", "after", "multiplied", "ignored")  # tried on a call with a mask, once the rest matched
+ATTENTION_FIELDS = ("scale", "axis", "weighted", "masking")  # equation 1; the rest is multi-head (section 3.2.2)
 SAYS = {
     ("scale", "1"): "the scores are not divided by sqrt(d_k)",
     ("scale", "d_k"): "the scores are divided by d_k, not sqrt(d_k)",
     ("scale", "sqrt(d_model)"): "the scores are divided by sqrt(d_model), not sqrt(d_k) = sqrt(d_model / h)",
     ("scale", "times sqrt(d_k)"): "the scores are multiplied by sqrt(d_k), not divided",
     ("axis", "queries"): "the softmax runs over the queries (dim=-2), not over the keys (dim=-1)",
+    ("axis", "heads"): "the softmax runs over the heads (dim=1), not over the keys (dim=-1)",
+    ("masking", "after"): "the mask is applied after the softmax: hidden keys are zeroed and the other weights no "
+                          "longer sum to 1",
+    ("masking", "multiplied"): "the scores are multiplied by the mask: a hidden key's score becomes 0, not -inf, "
+                               "and still gets weight",
+    ("masking", "ignored"): "the mask is not applied to the scores",
+    ("masking", "unknown"): "with a mask, its output matches no way of hiding keys before the softmax",
     ("weighted", "K"): "the weights multiply the keys, not the values",
     ("split", "view"): "the heads are split without the transpose (view(B, h, T, d_k) mixes positions into heads)",
     ("merge", "view"): "the heads are merged without the transpose (view(B, T, d_model) of (B, h, T, d_k) mixes "
@@ -59,6 +69,7 @@ FIXES = {
     "scale": "divide the scores by math.sqrt(d_k), d_k = d_model // h: scores = q @ k.transpose(-2, -1) / "
              "math.sqrt(d_k)",
     "axis": "take the softmax over the keys: scores.softmax(dim=-1)",
+    "masking": "hide keys before the softmax: scores = scores.masked_fill(mask == 0, -1e9)",
     "weighted": "multiply the weights by the values: weights @ v",
     "split": "split with x.view(B, T, h, d_k).transpose(1, 2)",
     "merge": "merge with x.transpose(1, 2).contiguous().view(B, T, h * d_k)",
@@ -78,7 +89,7 @@ def deviations(form: Form) -> list[str]:
 
 def candidate_forms(depth: int = 2) -> list[Form]:
     """The paper's form, then every form one slip away, then two."""
-    singles = [(name, value) for name, values in SLIPS.items() for value in values]
+    singles = [(name, value) for name, values in SLIPS.items() for value in values]  # masking: see masked_form
     found = [PAPER]
     for count in range(1, depth + 1):
         for combination in itertools.combinations(singles, count):
@@ -88,8 +99,9 @@ def candidate_forms(depth: int = 2) -> list[Form]:
 
 
 def multi_head(form: Form, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, maps: dict[str, nn.Module],
-               h: int) -> torch.Tensor:
-    """MultiHead(Q, K, V) with their maps, computed the way `form` says."""
+               h: int, keys: torch.Tensor | None = None) -> torch.Tensor:
+    """MultiHead(Q, K, V) with their maps, computed the way `form` says; `keys` (B, Tk), True
+    where a key may be attended to."""
     batch, d_model = q.size(0), q.size(-1)
     heads = form.heads or h
     d_k = d_model // heads
@@ -101,7 +113,15 @@ def multi_head(form: Form, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     scores = query @ key.transpose(-2, -1)  # (B, h, Tq, Tk)
     divisor = {"sqrt(d_k)": math.sqrt(d_k), "1": 1.0, "d_k": float(d_k), "sqrt(d_model)": math.sqrt(d_model),
                "times sqrt(d_k)": 1 / math.sqrt(d_k)}[form.scale]
-    weights = (scores / divisor).softmax(dim=-1 if form.axis == "keys" else -2)
+    scores = scores / divisor
+    hidden = None if keys is None else ~keys[:, None, None, :]  # (B, 1, 1, Tk)
+    if hidden is not None and form.masking == "before":
+        scores = scores.masked_fill(hidden, -1e9)
+    elif hidden is not None and form.masking == "multiplied":
+        scores = scores * ~hidden
+    weights = scores.softmax(dim={"keys": -1, "queries": -2, "heads": 1}[form.axis])
+    if hidden is not None and form.masking == "after":
+        weights = weights.masked_fill(hidden, 0.0)
     x = weights @ (value if form.weighted == "V" else key)  # (B, h, Tq, d_k)
     x = x.reshape(batch, -1, d_model) if form.merge == "view" else merge_heads(x)  # (B, Tq, d_model)
     return maps["O"](x) if form.w_o else x
@@ -162,11 +182,37 @@ def analysed(subject: Subject, name: str, module: nn.Module, template: Call) -> 
         if not form.w_o or last:
             try:
                 if close(out, multi_head(form, q, k, v, maps, subject.sizes.h)):
-                    found.form = form
+                    found.form = masked_form(form, module, template, (q, k, v), maps, subject.sizes.h)
                     break
             except RuntimeError:  # a number of heads that does not divide d_model
                 continue
     return found
+
+
+def key_mask(template: Call, batch: int, keys: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(their mask as the model got it, (B, Tk) True where a key may be attended to): a source
+    mask (B, 1, S) or (B, 1, 1, S) of the recorded call, read by its first entry (a real key)."""
+    for mask in template.inputs:
+        if mask.shape in ((batch, 1, keys), (batch, 1, 1, keys)) and not bool((mask == mask.reshape(-1)[0]).all()):
+            encoding = "blocked" if mask.dtype == torch.bool and not bool(mask.reshape(-1)[0]) else "attend"
+            return mask, may_attend(mask, encoding).reshape(batch, keys)
+    return None
+
+
+def masked_form(form: Form, module: nn.Module, template: Call, inputs: tuple[torch.Tensor, ...],
+                maps: dict[str, nn.Module], h: int) -> Form:
+    """`form`, with how the module hides keys: called with the mask it got in the model."""
+    q, k, v = inputs
+    found = key_mask(template, q.size(0), k.size(1))
+    if found is None:
+        return form
+    mask, keys = found
+    out = module(q, k, v, mask)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    for masking in MASKINGS:
+        if close(out, multi_head(replace(form, masking=masking), q, k, v, maps, h, keys)):
+            return replace(form, masking=masking)
+    return replace(form, masking="unknown")
 
 
 def attention_modules(subject: Subject) -> list[Found]:

@@ -204,10 +204,11 @@ def source_used(subject: Subject) -> Outcome:
 
 
 # ---- output, dropout, gradients -------------------------------------------------------------
-def output_kind(out: torch.Tensor) -> str:
-    if bool((out.logsumexp(-1).abs() < 1e-4).all()):
+def output_kind(out: torch.Tensor, dim: int = -1) -> str:
+    """What (B, T, V) scores are along `dim`: log-probabilities, probabilities or logits."""
+    if bool((out.logsumexp(dim).abs() < 1e-4).all()):
         return "log-probabilities"
-    if bool((out >= 0).all()) and bool(((out.sum(-1) - 1).abs() < 1e-4).all()):
+    if bool((out >= 0).all()) and bool(((out.sum(dim) - 1).abs() < 1e-4).all()):
         return "probabilities"
     return "logits"
 
@@ -221,6 +222,9 @@ def output(subject: Subject) -> Outcome:
                       f"{(BATCH, TGT_LEN, sizes.tgt_vocab)}: its last axis has {what.get(out.size(-1), 'another size')}",
                       "project the decoder's states onto the target vocabulary: nn.Linear(d_model, tgt_vocab)")
     kind, expected = output_kind(out), subject.convention.output
+    if kind == "logits" and (across := output_kind(out, 1)) != "logits":
+        return failed(f"the output is {across} over the target positions (dim=1), not over the vocabulary (dim=-1)",
+                      "normalise over the vocabulary: F.log_softmax(scores, dim=-1)")
     if kind == expected:
         return passed(f"{kind} over the {sizes.tgt_vocab} target tokens, as this convention's loss expects")
     if kind == "log-probabilities":

@@ -48,15 +48,33 @@ def feed_forward_form(module: nn.Module, w_1: nn.Linear, w_2: nn.Linear, x: torc
     return None
 
 
-def feed_forwards(subject: Subject) -> dict[str, tuple[nn.Module, nn.Linear, nn.Linear]]:
-    """name -> (module, W_1, W_2) of each feed-forward network that runs in a pass."""
+def feed_forwards(subject: Subject, required: bool = True) -> dict[str, tuple[nn.Module, nn.Linear, nn.Linear]]:
+    """name -> (module, W_1, W_2) of each feed-forward network that runs in a pass (a module of
+    its own: nn.TransformerEncoderLayer keeps its W_1 and W_2 beside the attention, and has none)."""
     attention = {id(call.module) for call in subject.attention_calls()}
     ran = {id(call.module) for call in subject.recorded()}
     networks = feed_forward_modules(subject.model, attention, subject.sizes.d_model)
     found = {name: network for name, network in networks.items() if id(network[0]) in ran}
-    if not found:
-        raise NotChecked("no module holds an nn.Linear d_model -> d_ff and one d_ff -> d_model outside the attention")
+    if not found and required:
+        raise NotChecked("no module of its own holds an nn.Linear d_model -> d_ff and one d_ff -> d_model outside "
+                         "the attention")
     return found
+
+
+def inner_size(subject: Subject) -> int:
+    """d_ff as built: the width of a Linear d_model -> d_ff followed by one d_ff -> d_model,
+    outside the attention modules."""
+    networks = feed_forwards(subject, required=False)
+    if networks:
+        return next(iter(networks.values()))[1].out_features
+    d_model = subject.sizes.d_model
+    attention = {id(p) for call in subject.attention_calls() for p in call.module.parameters()}
+    outside = [m for m in subject.model.modules() if isinstance(m, nn.Linear) and id(m.weight) not in attention]
+    for w_1 in outside:
+        if w_1.in_features == d_model and any(w.in_features == w_1.out_features and w.out_features == d_model
+                                              for w in outside if w is not w_1):
+            return w_1.out_features
+    raise NotChecked("no nn.Linear d_model -> d_ff followed by one d_ff -> d_model outside the attention")
 
 
 def feed_forward(subject: Subject) -> Outcome:

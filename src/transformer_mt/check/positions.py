@@ -33,6 +33,7 @@ class Step:
     positions: torch.Tensor
     scaled_in: str
     added_in: str
+    by_sentence: bool = False  # what is added depends on the sentence's row in the batch, not on the position
 
 
 def events(first: list[Call], second: list[Call], after: int, length: int, d_model: int):
@@ -51,13 +52,12 @@ def events(first: list[Call], second: list[Call], after: int, length: int, d_mod
 
 
 def as_scaled_sum(y1: torch.Tensor, y2: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor) -> tuple[float, torch.Tensor] | None:
-    """(c, P) when y = c * e + P with one c and a P that depends on the position only."""
+    """(c, P (B, L, d_model)) when y = c * e + P with one c and a P that does not depend on the tokens."""
     de, dy = (e1 - e2).double(), (y1 - y2).double()
     c = float((dy * de).sum() / (de * de).sum().clamp_min(1e-12))
-    positions = y1.double() - c * e1.double()  # (B, L, d_model)
-    if not close(dy, c * de) or not close(positions, positions[:1].expand_as(positions)):
+    if not close(dy, c * de):
         return None
-    return c, positions[0].float()
+    return c, (y1.double() - c * e1.double()).float()
 
 
 def embedding_step(subject: Subject, side: str) -> Step:
@@ -88,7 +88,8 @@ def measured_step(first: list[Call], second: list[Call], ids: torch.Tensor, side
         scale, positions = found
         scaled_in = scaled_in or (made_by if abs(scale - 1) > 1e-3 else "")
         if float(positions.abs().max()) > 1e-6:
-            return Step(lookup.module, scale, positions, scaled_in or made_by, made_by)
+            by_sentence = not close(positions, positions[:1].expand_as(positions))
+            return Step(lookup.module, scale, positions[0], scaled_in or made_by, made_by, by_sentence)
         unadded = scale
     if unadded is None:
         raise NotChecked(f"the {side} embeddings reach the first attention in a form the check cannot read "
@@ -140,6 +141,12 @@ def positional_encoding(subject: Subject) -> Outcome:
             return failed(f"nothing is added to the {side} embeddings for the positions before the first layer: "
                           "the model cannot tell word order", "add the sinusoid of section 3.5 to the embeddings "
                           "(x + pe[:, :x.size(1)]), on both sides")
+        if step.by_sentence:
+            return failed(f"what {step.added_in} adds to the {side} embeddings depends on the sentence's row in the "
+                          "batch, not on the token's position: the table is indexed along the batch axis "
+                          "(x.size(0); a sequence-first (max_len, 1, d_model) table used with batch-first input)",
+                          "index the table along the sequence axis: x + pe[:, :x.size(1)] with pe of shape "
+                          "(1, max_len, d_model)")
         length, d_model = step.positions.shape
         matched, allowed = next(((form, ok) for form, table, ok in sinusoid_slips(length, d_model)
                                  if close(step.positions, table)), (None, False))

@@ -47,16 +47,19 @@ class Recording:
     clock: int = 0
 
 
+def plain(value: Any) -> bool:
+    """A tensor the checks can read (nn.Transformer's fast path passes nested tensors around)."""
+    return isinstance(value, torch.Tensor) and not value.is_nested
+
+
 def tensors_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    return [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
+    return [value for value in (*args, *kwargs.values()) if plain(value)]
 
 
 def first_tensor(output: Any) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    return None
+    if isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    return output if plain(output) else None
 
 
 @contextlib.contextmanager

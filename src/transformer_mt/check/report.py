@@ -123,20 +123,23 @@ def run_one(subject: Subject, check: Check) -> Outcome:
 
 
 @contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """One intra-op thread while the checks run: their tensors are tiny, and a second thread
-    only waits for the first (on a busy 2-core host, spinning costs 50 times the work)."""
-    threads = torch.get_num_threads()
+def settled() -> Iterator[None]:
+    """While the checks run: one intra-op thread (their tensors are tiny, and a second thread
+    only waits for the first: on a busy 2-core host, spinning costs 50 times the work), and
+    no fused fast path for nn.TransformerEncoderLayer (it skips the submodules the checks watch)."""
+    threads, fast_path = torch.get_num_threads(), torch.backends.mha.get_fastpath_enabled()
     torch.set_num_threads(1)
+    torch.backends.mha.set_fastpath_enabled(False)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
+        torch.backends.mha.set_fastpath_enabled(fast_path)
 
 
 def run_checks(subject: Subject, quick: bool = False, only: list[str] | None = None) -> Report:
     """Every check (or the `only` ones) in CHECKS order; `quick` skips learns_copy (not_checked)."""
-    with one_thread():
+    with settled():
         return checked(subject, quick, only)
 
 

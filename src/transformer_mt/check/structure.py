@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from transformer_mt.check.layers import feed_forwards
+from transformer_mt.check.layers import feed_forwards, inner_size
 from transformer_mt.check.positions import XAVIER_LOOP, SIDES, embedding_step, learned
 from transformer_mt.check.recording import Call, attention_role, record
 from transformer_mt.check.result import COPIES, Outcome, differs, failed, passed
@@ -24,7 +24,7 @@ from transformer_mt.model.measures import near_copies
 def sub_layers(subject: Subject) -> dict[int, nn.Module]:
     """id -> module of every attention and feed-forward network that runs."""
     found = {id(call.module): call.module for call in subject.attention_calls()}
-    found.update({id(module): module for module, _, _ in feed_forwards(subject).values()})
+    found.update({id(module): module for module, _, _ in feed_forwards(subject, required=False).values()})
     return found
 
 
@@ -98,7 +98,7 @@ def stream_after(side: str, pairs: list[tuple[Call, Call]], outputs: list[torch.
 
 def shared_layers(subject: Subject) -> Outcome:
     calls = subject.attention_calls()
-    networks = feed_forwards(subject)
+    networks = feed_forwards(subject, required=False)
     ffn_ids = {id(module) for module, _, _ in networks.values()}
     runs = Counter(id(c.module) for c in calls) + Counter(id(c.module) for c in subject.recorded() if id(c.module) in ffn_ids)
     labels = {id(c.module): c.label() for c in subject.recorded()}
@@ -179,8 +179,7 @@ def explained(difference: int, units: dict[str, int]) -> str:
 
 def parameter_count(subject: Subject) -> Outcome:
     sizes = subject.sizes
-    networks = feed_forwards(subject)
-    d_ff = next(iter(networks.values()))[1].out_features
+    d_ff = inner_size(subject)
     parameters = {id(p): p for p in subject.model.parameters() if p.requires_grad}
     total = sum(p.numel() for p in parameters.values())
     positions = {learned(subject, embedding_step(subject, side).positions) for side in SIDES} - {None}
