@@ -148,18 +148,19 @@ def cloned_init(subject: Subject) -> Outcome:
                   "the copies cost the notes' model: `+independent_init`)")
 
 
-def paper_totals(d: int, d_ff: int, n: int, src_vocab: int, tgt_vocab: int) -> dict[int, str]:
+def paper_totals(d: int, widths: list[int], n: int, src_vocab: int, tgt_vocab: int) -> dict[int, str]:
     """total -> how: the paper's parameter count for these sizes under each choice it leaves
-    open (projection biases, final LayerNorms, tied embeddings, an output bias)."""
+    open (projection biases, final LayerNorms, tied embeddings, an output bias); `widths`: the
+    d_ff of each of the 2N feed-forward networks, as built."""
     found: dict[int, str] = {}
-    ffn, norm = 2 * d * d_ff + d_ff + d, 2 * d
+    ffns, norm = sum(2 * d * d_ff + d_ff + d for d_ff in widths), 2 * d
     tyings = {"separate embeddings and output layer": (src_vocab + 2 * tgt_vocab) * d,
               "the output layer tied to the target embedding": (src_vocab + tgt_vocab) * d}
     if src_vocab == tgt_vocab:
         tyings |= {"all three tied": tgt_vocab * d, "one embedding for both sides": 2 * tgt_vocab * d}
     for bias in (True, False):
         attention = 4 * d * d + (4 * d if bias else 0)
-        layers = n * (attention + ffn + 2 * norm) + n * (2 * attention + ffn + 3 * norm)
+        layers = n * (attention + 2 * norm) + n * (2 * attention + 3 * norm) + ffns
         for finals in (2, 0, 1):
             for tying, embeddings in tyings.items():
                 for output_bias in (True, False):
@@ -177,17 +178,28 @@ def explained(difference: int, units: dict[str, int]) -> str:
     return ""
 
 
+def ffn_widths(subject: Subject) -> list[int]:
+    """The d_ff of each of the paper's 2N feed-forward networks, as their model builds them."""
+    widths = [w_1.out_features for _, w_1, _ in feed_forwards(subject, required=False).values()]
+    count = 2 * subject.sizes.N
+    if len(widths) != count:
+        widths = [Counter(widths).most_common(1)[0][0] if widths else inner_size(subject)] * count
+    return widths
+
+
 def parameter_count(subject: Subject) -> Outcome:
     sizes = subject.sizes
-    d_ff = inner_size(subject)
+    widths = ffn_widths(subject)
+    d_ff = Counter(widths).most_common(1)[0][0]
     parameters = {id(p): p for p in subject.model.parameters() if p.requires_grad}
     total = sum(p.numel() for p in parameters.values())
     positions = {learned(subject, embedding_step(subject, side).positions) for side in SIDES} - {None}
     extra = sum(p.numel() for name, p in subject.model.named_parameters() if name in positions)
     totals = {count + extra: how for count, how in
-              paper_totals(sizes.d_model, d_ff, sizes.N, sizes.src_vocab, sizes.tgt_vocab).items()}
-    note = f" (d_ff {d_ff}: the d_ff given, {sizes.d_ff}, does not reach the feed-forward networks)" \
-        if d_ff != sizes.d_ff else ""
+              paper_totals(sizes.d_model, widths, sizes.N, sizes.src_vocab, sizes.tgt_vocab).items()}
+    built = sorted(set(widths) - {sizes.d_ff})
+    note = (f" (d_ff {', '.join(map(str, built))} as built: the d_ff given, {sizes.d_ff}, does not reach every "
+            "feed-forward network)") if built else ""
     if total in totals:
         return passed(f"{total:,} parameters: the paper's count for these sizes {totals[total]}{note}")
     nearest = min(totals, key=lambda count: abs(count - total))
