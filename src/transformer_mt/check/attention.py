@@ -237,7 +237,8 @@ def judged(subject: Subject, part: tuple[str, ...], says_ok: str) -> Outcome:
     for found in modules:
         if found.form is None:
             if part != ATTENTION_FIELDS:
-                raise NotChecked(f"{found.name} differs from the paper in a way the check does not know (see attention)")
+                raise NotChecked(f"{found.name} differs from the paper in a way the check does not know "
+                                 "(see attention)")
             return failed(f"{found.name}: its output differs from MultiHead(Q, K, V) computed with its own W^Q, W^K, "
                           f"W^V and W^O by {found.change:.2g}, and matches none of the usual slips",
                           "compute softmax(Q K^T / sqrt(d_k)) V per head step by step and compare with your module")

@@ -218,8 +218,9 @@ def output(subject: Subject) -> Outcome:
     out = subject.forward(subject.src, subject.tgt).float()
     if out.shape != (BATCH, TGT_LEN, sizes.tgt_vocab):
         what = {sizes.d_model: "d_model features (no output layer)", sizes.src_vocab: "the source vocabulary's size"}
+        last = what.get(out.size(-1), "another size")
         return failed(f"the output is {tuple(out.shape)}, not (batch, target length, target vocabulary) = "
-                      f"{(BATCH, TGT_LEN, sizes.tgt_vocab)}: its last axis has {what.get(out.size(-1), 'another size')}",
+                      f"{(BATCH, TGT_LEN, sizes.tgt_vocab)}: its last axis has {last}",
                       "project the decoder's states onto the target vocabulary: nn.Linear(d_model, tgt_vocab)")
     kind, expected = output_kind(out), subject.convention.output
     if kind == "logits" and (across := output_kind(out, 1)) != "logits":
@@ -245,7 +246,8 @@ def dropout(subject: Subject) -> Outcome:
         where = located(subject, lambda: subject.forward(src, tgt), lambda: subject.forward(src, tgt), differs)
         return failed(f"in eval mode two passes over the same batch differ by {difference(first, second):.2g}: "
                       f"dropout still drops{where}",
-                      "use nn.Dropout modules (model.eval() turns them off), or F.dropout(x, p, training=self.training)")
+                      "use nn.Dropout modules (model.eval() turns them off), or "
+                      "F.dropout(x, p, training=self.training)")
     subject.model.train()
     try:
         torch.manual_seed(1)
@@ -275,8 +277,8 @@ def gradients(subject: Subject) -> Outcome:
     zero = [name for name, p in parameters.items() if p.grad is not None and not bool(p.grad.abs().sum() > 0)]
     model.zero_grad(set_to_none=True)
     if missing or zero:
-        parts = [f"no gradient reaches {', '.join(missing[:4])}" + (" ..." if len(missing) > 4 else "")] if missing else []
-        parts += [f"a zero gradient reaches {', '.join(zero[:4])}"] if zero else []
+        parts = [f"{what} reaches {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+                 for what, names in (("no gradient", missing), ("a zero gradient", zero)) if names]
         return failed(f"{'; '.join(parts)} ({len(missing) + len(zero)} of {len(parameters)} parameters): they are "
                       "never used in the forward pass, or used through .detach() / torch.no_grad()",
                       "use every module you build in forward (or delete it), without .detach() on its way to the "

@@ -54,7 +54,8 @@ def trained(subject: Subject) -> tuple[torch.nn.Module, float, float]:
         data = copy_batch(BATCH, generator)
         src, tgt_in, tgt_out = data, data[:, :-1], data[:, 1:]
         out = subject.convention.run(model, src, tgt_in, *subject.masks.make(src, tgt_in))  # (B, T, V)
-        loss = F.cross_entropy(out.reshape(-1, out.size(-1)).float(), tgt_out.reshape(-1))  # log_softmax of log-probs: the same
+        # cross_entropy's log_softmax leaves log-probabilities as they are: one loss for both conventions
+        loss = F.cross_entropy(out.reshape(-1, out.size(-1)).float(), tgt_out.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_mt.check.recording import calls_of, feed_forward_modules, norm_modules
+from transformer_mt.check.recording import Network, calls_of, feed_forward_modules, norm_modules
 from transformer_mt.check.result import NotChecked, Outcome, close, difference, failed, passed
 from transformer_mt.check.subject import SRC_LEN, TGT_LEN, Subject
 
@@ -48,7 +48,7 @@ def feed_forward_form(module: nn.Module, w_1: nn.Linear, w_2: nn.Linear, x: torc
     return None
 
 
-def feed_forwards(subject: Subject, required: bool = True) -> dict[str, tuple[nn.Module, nn.Linear, nn.Linear]]:
+def feed_forwards(subject: Subject, required: bool = True) -> dict[str, Network]:
     """name -> (module, W_1, W_2) of each feed-forward network that runs in a pass (a module of
     its own: nn.TransformerEncoderLayer keeps its W_1 and W_2 beside the attention, and has none)."""
     attention = {id(call.module) for call in subject.attention_calls()}
@@ -87,7 +87,8 @@ def feed_forward(subject: Subject) -> Outcome:
                           "build both maps with nn.Linear(..., bias=True), the default")
         form = feed_forward_form(module, w_1, w_2, x)
         if form != PAPER_FFN:
-            found = form or f"something else (it differs from equation 2 by {difference(module(x), w_2(F.relu(w_1(x)))):.2g})"
+            change = difference(module(x), w_2(F.relu(w_1(x))))
+            found = form or f"something else (it differs from equation 2 by {change:.2g})"
             return failed(f"{label} computes {found}, not FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 with its own W_1 "
                           "and W_2", "return self.w_2(self.dropout(F.relu(self.w_1(x))))")
     module, w_1, _ = next(iter(networks.values()))

@@ -88,7 +88,8 @@ def load_file(path: Path, seconds: float = 20.0) -> types.ModuleType:
     try:
         code = compile(path.read_bytes(), str(path), "exec")
     except SyntaxError as err:
-        raise UserError(f"{path}:{err.lineno}: syntax error: {err.msg} (python {path} shows the same; fix that line)") from None
+        raise UserError(f"{path}:{err.lineno}: syntax error: {err.msg} (python {path} shows the same; fix that "
+                        "line)") from None
     except ValueError as err:  # null bytes
         raise UserError(f"{path}: not Python source ({err})") from None
     module = types.ModuleType(f"learner_{path.stem}_{next(_COUNTER)}")

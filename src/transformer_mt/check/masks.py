@@ -21,7 +21,8 @@ ENCODINGS = ("attend", "blocked", "additive")
 HIDDEN = -1e9  # an additive mask's hidden entries: finite, so a row hidden entirely gives no NaN
 PAIR_NAMES = ("create_masks", "create_mask", "make_masks", "make_mask", "get_masks")  # (src, tgt, ...) -> both
 TARGET_NAMES = ("make_std_mask",)  # (tgt, pad) -> the target mask
-LOOK_AHEAD_NAMES = ("subsequent_mask", "nopeak_mask", "look_ahead_mask", "causal_mask", "generate_square_subsequent_mask")
+LOOK_AHEAD_NAMES = ("subsequent_mask", "nopeak_mask", "look_ahead_mask", "causal_mask",
+                    "generate_square_subsequent_mask")
 
 MaskPair = tuple[torch.Tensor, torch.Tensor]
 

@@ -51,7 +51,8 @@ def events(first: list[Call], second: list[Call], after: int, length: int, d_mod
     return sorted((e for e in found if tuple(e[1].shape) == shape), key=lambda e: e[0])
 
 
-def as_scaled_sum(y1: torch.Tensor, y2: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor) -> tuple[float, torch.Tensor] | None:
+def as_scaled_sum(y1: torch.Tensor, y2: torch.Tensor, e1: torch.Tensor,
+                  e2: torch.Tensor) -> tuple[float, torch.Tensor] | None:
     """(c, P (B, L, d_model)) when y = c * e + P with one c and a P that does not depend on the tokens."""
     de, dy = (e1 - e2).double(), (y1 - y2).double()
     c = float((dy * de).sum() / (de * de).sum().clamp_min(1e-12))
@@ -74,8 +75,8 @@ def embedding_step(subject: Subject, side: str) -> Step:
 
 
 def measured_step(first: list[Call], second: list[Call], ids: torch.Tensor, side: str, d_model: int) -> Step:
-    lookup = next((c for c in first if isinstance(c.module, nn.Embedding) and c.inputs and torch.equal(c.inputs[0], ids)),
-                  None)
+    lookups = (c for c in first if isinstance(c.module, nn.Embedding) and c.inputs and torch.equal(c.inputs[0], ids))
+    lookup = next(lookups, None)
     if lookup is None:
         raise NotChecked(f"no nn.Embedding is called with the {side} tokens")
     e1, e2 = lookup.output, second[lookup.index].output
@@ -171,9 +172,10 @@ def embedding_scale(subject: Subject) -> Outcome:
     steps = {side: embedding_step(subject, side) for side in SIDES}
     for side, step in steps.items():
         if abs(step.scale / root - 1) > 1e-3:
-            return failed(f"the {side} embeddings are multiplied by {step.scale:.3g}, not by sqrt(d_model) = {root:.3g}, "
-                          "before the positions are added", "multiply the embedding by math.sqrt(d_model) where it "
-                          "is looked up: self.lut(x) * math.sqrt(self.d_model)")
+            return failed(f"the {side} embeddings are multiplied by {step.scale:.3g}, not by sqrt(d_model) = "
+                          f"{root:.3g}, before the positions are added",
+                          "multiply the embedding by math.sqrt(d_model) where it is looked up: "
+                          "self.lut(x) * math.sqrt(self.d_model)")
     where = {step.scaled_in for step in steps.values()}
     return passed(f"both sides multiply the embeddings by sqrt(d_model) = {root:.3g} (in {', '.join(sorted(where))}; "
                   "the paper leaves where open)")
@@ -197,8 +199,9 @@ def embedding_init(subject: Subject) -> Outcome:
         return passed(f"the token embeddings as added are {worst.ratio:.2g} times the positional encoding (RMS "
                       f"{worst.added:.2g} against {worst.positions:.2g}; limit {EMBEDDING_TO_POSITION:g})")
     init = "nn.Embedding's default N(0, 1)" if abs(drawn - 1) < 0.1 else f"drawn with RMS {drawn:.2g}"
-    return failed(f"the {side} embeddings as the model adds them ({init}, times {scale:.3g}: RMS {worst.added:.3g}) are "
-                  f"{worst.ratio:.1f} times the positional encoding (RMS {worst.positions:.2g}): the positions are "
-                  f"{worst.position_share:.1%} of the sum, so the model barely sees word order",
+    return failed(f"the {side} embeddings as the model adds them ({init}, times {scale:.3g}: RMS "
+                  f"{worst.added:.3g}) are {worst.ratio:.1f} times the positional encoding (RMS "
+                  f"{worst.positions:.2g}): the positions are {worst.position_share:.1%} of the sum, so the model "
+                  "barely sees word order",
                   f"re-draw the weights after building the model, as the Annotated Transformer's make_model ends: "
                   f"{XAVIER_LOOP} (docs/ablations.md measures what this cost the notes' model: `+xavier`)")

@@ -127,10 +127,13 @@ def linears(module: nn.Module) -> list[nn.Linear]:
     return [m for m in module.modules() if isinstance(m, nn.Linear)]
 
 
-def feed_forward_modules(model: nn.Module, attention: set[int], d_model: int) -> dict[str, tuple[nn.Module, nn.Linear, nn.Linear]]:
+Network = tuple[nn.Module, nn.Linear, nn.Linear]  # a feed-forward network: the module, W_1, W_2
+
+
+def feed_forward_modules(model: nn.Module, attention: set[int], d_model: int) -> dict[str, Network]:
     """name -> (module, W_1, W_2): the smallest modules holding a Linear d_model -> X and a
     Linear X -> d_model and no attention module (`attention`: their ids)."""
-    found: dict[str, tuple[nn.Module, nn.Linear, nn.Linear]] = {}
+    found: dict[str, Network] = {}
     for name, module in model.named_modules():
         if any(id(m) in attention for m in module.modules()):
             continue

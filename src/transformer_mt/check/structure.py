@@ -59,8 +59,9 @@ def norm_placement(subject: Subject) -> str:
         return ""
     if not normalised(first.floats[0]):
         return "post-norm, LayerNorm(x + Sublayer(x)), as the paper"
-    final = " with a final LayerNorm" if cross is not None and normalised(cross.floats[1]) else " without a final LayerNorm"
-    return f"pre-norm, x + Sublayer(LayerNorm(x)),{final} (the Annotated Transformer's; the paper leaves room for it)"
+    final = "with" if cross is not None and normalised(cross.floats[1]) else "without"
+    return f"pre-norm, x + Sublayer(LayerNorm(x)), {final} a final LayerNorm (the Annotated Transformer's; the paper " \
+        "leaves room for it)"
 
 
 def residual(subject: Subject) -> Outcome:
@@ -100,7 +101,8 @@ def shared_layers(subject: Subject) -> Outcome:
     calls = subject.attention_calls()
     networks = feed_forwards(subject, required=False)
     ffn_ids = {id(module) for module, _, _ in networks.values()}
-    runs = Counter(id(c.module) for c in calls) + Counter(id(c.module) for c in subject.recorded() if id(c.module) in ffn_ids)
+    runs = Counter(id(c.module) for c in calls)
+    runs.update(id(c.module) for c in subject.recorded() if id(c.module) in ffn_ids)
     labels = {id(c.module): c.label() for c in subject.recorded()}
     n = subject.sizes.N
     if repeated := [key for key, count in runs.items() if count > 1]:

@@ -32,12 +32,14 @@ SRC_LENGTHS, TGT_LENGTHS = (7, 5, 4), (6, 4, 6)  # the real tokens of each sente
 Forward = Callable[[nn.Module, torch.Tensor, torch.Tensor, Any, Any], torch.Tensor]
 
 
-def annotated_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any, tgt_mask: Any) -> torch.Tensor:
+def annotated_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any,
+                      tgt_mask: Any) -> torch.Tensor:
     memory = model.encode(src, src_mask)  # (B, S, d_model)
     return model.generator(model.decode(memory, src_mask, tgt, tgt_mask))  # (B, T, tgt_vocab)
 
 
-def tutorial_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any, tgt_mask: Any) -> torch.Tensor:
+def tutorial_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any,
+                     tgt_mask: Any) -> torch.Tensor:
     return model(src, tgt, src_mask, tgt_mask)  # (B, T, tgt_vocab)
 
 
