@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from _timing import matmul_peaks  # noqa: E402
 from transformer_mt.common.config import load_config, replace  # noqa: E402
 from transformer_mt.diagnosis.case import open_case  # noqa: E402
-from transformer_mt.diagnosis.report import CHECKS, diagnose  # noqa: E402
+from transformer_mt.diagnosis.report import CHECKS, FOLLOWS, diagnose  # noqa: E402
 from transformer_mt.runs.directory import RunDir  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
 
@@ -55,7 +55,7 @@ TRAIN_PAIRS, VALID_PAIRS = 10_000, 200
 RECIPE = ["--model.n_layers=2", "--model.dropout=0.1", "--data.vocab_size=4000", "--train.budget_minutes=0",
           "--train.max_steps=900", "--train.valid_every=300", "--train.warmup_steps=300", "--train.lr_scale=1.0",
           "--train.patience=0", "--train.log_every=20", "--decode.length_penalty=0.6"]
-SYMPTOMS = ("schedule", "source_ignored", "repetition", "length", "memorization", "undertrained")
+SHORT = ("undertrained",)  # the zoo's recipe is short of its best: more training measurably helps it
 
 
 @dataclass(frozen=True)
@@ -65,46 +65,61 @@ class Run:
     name: str
     cause: str  # what was injected, in words ("" for a healthy run)
     expected: tuple[str, ...]  # the root cause's ids: the doctor must report them
-    allowed: tuple[str, ...] = ()  # symptoms that may follow from it
+    allowed: tuple[str, ...] = SHORT  # besides what may follow from the cause (report.FOLLOWS)
     preset: str = "multi30k_en_de"
     overrides: tuple[str, ...] = ()
     data: str = "aligned"  # the training text: aligned, or shuffled (targets shuffled against sources)
     decode: dict = field(default_factory=dict)  # decoding settings changed after training (a copy of `base`)
     base: str = ""  # the run whose weights a decode-only fault reuses
 
+    @property
+    def may_follow(self) -> tuple[str, ...]:
+        """What the doctor may report besides the cause: its symptoms (report.FOLLOWS), and `allowed`."""
+        return tuple(dict.fromkeys([*self.allowed, *(s for cause in self.expected for s in FOLLOWS.get(cause, ()))]))
+
 
 RUNS = (
-    Run("healthy_demo", "", (), preset="demo"),
-    Run("healthy_copy", "", (), preset="tiny"),
-    Run("healthy_recipe", "", (), ("undertrained",)),
-    Run("healthy_budget", "", (), ("undertrained",), overrides=("--train.budget_minutes=4", "--train.max_steps=100000",
-                                                              "--train.valid_every=1000", "--train.warmup_steps=500",
-                                                              "--train.lr_scale=1.25")),
-    Run("lr_far_too_high", "train.lr_scale 50: a peak 50 times the recipe's", ("schedule",), SYMPTOMS,
+    Run("healthy_demo", "", (), (), preset="demo"),  # at their task's ceiling: nothing at all
+    Run("healthy_copy", "", (), (), preset="tiny"),
+    Run("healthy_recipe", "", ()),
+    Run("healthy_budget", "", (), overrides=("--train.budget_minutes=4", "--train.max_steps=100000",
+                                            "--train.valid_every=1000", "--train.warmup_steps=500",
+                                            "--train.lr_scale=1.25")),
+    Run("lr_far_too_high", "train.lr_scale 50: a peak 50 times the recipe's", ("schedule",),
         overrides=("--train.lr_scale=50",)),
-    Run("rate_far_too_low", "train.lr_scale 0.01: the loss stops at the unigram entropy", ("schedule",), SYMPTOMS,
+    Run("rate_far_too_low", "train.lr_scale 0.01: the loss stops at the unigram entropy", ("schedule",),
         overrides=("--train.lr_scale=0.01",)),
-    Run("misaligned", "the training targets shuffled against their sources", ("misaligned_pairs",), SYMPTOMS,
+    Run("misaligned", "the training targets shuffled against their sources", ("misaligned_pairs",),
         data="shuffled"),
-    Run("memorization", "300 training pairs, no dropout", ("memorization",), SYMPTOMS,
+    Run("memorization", "300 training pairs, no dropout", ("memorization",),
         overrides=("--data.train_pairs=300", "--model.dropout=0")),
-    Run("unknown_words", "a 1,000-word vocabulary per side", ("unknown_words",), SYMPTOMS,
+    Run("unknown_words", "a 1,000-word vocabulary per side", ("unknown_words",),
         overrides=("--data.vocab_type=word", "--data.vocab_size=1000", "--data.joint_vocab=false",
                    "--model.share_vocab=false")),
-    Run("truncation", "data.max_len 10: pairs longer than 10 subwords dropped", ("truncation",), SYMPTOMS,
+    Run("truncation", "data.max_len 10: pairs longer than 10 subwords dropped", ("truncation",),
         overrides=("--data.max_len=10",)),
-    Run("deep_copies", "model.init notes (deep copies, nothing re-drawn), unscaled embeddings, 60 steps",
-        ("cloned_init",), SYMPTOMS, overrides=("--model.init=notes", "--model.scale_embeddings=false",
-                                               "--train.max_steps=60", "--train.valid_every=30")),
-    Run("embedding_scale", "model.init pytorch: N(0, 1) embeddings times sqrt(d_model)", ("embedding_scale",), SYMPTOMS,
-        overrides=("--model.init=pytorch",)),
-    Run("tied_large", "an output layer tied to unscaled N(0, 1) embeddings", ("tied_scale",), SYMPTOMS,
+    Run("deep_copies", "model.init notes (deep copies, nothing re-drawn), unscaled untied embeddings, 60 steps",
+        ("cloned_init",), overrides=("--model.init=notes", "--model.scale_embeddings=false",
+                                               "--model.tie_embeddings=false", "--train.max_steps=60",
+                                               "--train.valid_every=30")),
+    Run("embedding_scale", "model.init pytorch: N(0, 1) embeddings times sqrt(d_model), untied", ("embedding_scale",),
+        overrides=("--model.init=pytorch", "--model.tie_embeddings=false")),
+    Run("tied_large", "an output layer tied to unscaled N(0, 1) embeddings", ("tied_scale",),
         overrides=("--model.init=pytorch", "--model.scale_embeddings=false", "--model.tie_embeddings=true")),
-    Run("length_limit", "decode.max_len_a 0, decode.max_len_b 4: outputs cut at 4 tokens", ("length",), (),
+    Run("length_limit", "decode.max_len_a 0, decode.max_len_b 4: outputs cut at 4 tokens", ("length",),
         decode={"max_len_a": 0.0, "max_len_b": 4}, base="healthy_recipe"),
     Run("stopped_early", "train.max_seconds 30 of a 900-step plan", ("undertrained",), (),
         overrides=("--train.max_seconds=30", "--train.valid_every=100")),
 )
+
+# Ids no single fault of a healthy recipe provokes as its root cause, and why: the zoo checks
+# that they stay silent on healthy runs and follow from a cause where they fire.
+NOT_PROVOKED = {
+    "source_ignored": "a symptom: a decoder that reads no source follows from a cause the zoo injects (misaligned "
+                      "pairs, a diverged or stalled rate, deep copies); no config option breaks the encoder alone",
+    "repetition": "a symptom: loops follow from an undertrained, diverged or memorizing model; no option of a "
+                  "healthy recipe makes a model loop by itself",
+}
 
 
 def write_corpus(folder: Path) -> None:
@@ -151,9 +166,9 @@ def train(run: Run, out: Path, corpus: Path) -> float:
 
 def judge(run: Run, found: list[str]) -> dict:
     """The run's row: its true positives, misses and false alarms."""
-    return {"run": run.name, "cause": run.cause, "expected": list(run.expected), "allowed": list(run.allowed),
+    return {"run": run.name, "cause": run.cause, "expected": list(run.expected), "allowed": list(run.may_follow),
             "found": found, "missed": [i for i in run.expected if i not in found],
-            "false": [i for i in found if i not in run.expected and i not in run.allowed]}
+            "false": [i for i in found if i not in run.expected and i not in run.may_follow]}
 
 
 def scores(rows: list[dict]) -> dict:
@@ -181,6 +196,8 @@ def print_table(rows: list[dict], summary: dict) -> None:
         fmt = lambda v: "" if v is None else f"{v:.2f}"  # noqa: E731
         print(f"| {check} | {s['tp']} | {s['fn']} | {s['fp']} | {fmt(s['recall'])} | {fmt(s['precision'])} |")
     print(f"\nrecall {summary['recall']:.2f}, precision {summary['precision']:.2f} over {len(rows)} runs")
+    for check, why in NOT_PROVOKED.items():
+        print(f"{check}: not provoked as a root cause: {why}")
 
 
 def main() -> int:
@@ -205,9 +222,10 @@ def main() -> int:
         if not (args.out / run.name / "config.yaml").is_file():
             print(f"{run.name}: not trained under {args.out}; skipped", file=sys.stderr)
             continue
-        report = diagnose(open_case(str(args.out / run.name)))
+        case = open_case(str(args.out / run.name))
+        report = diagnose(case)
         row = judge(run, [f.id for f in report.findings])
-        row["values"] = {f.id: f.value for f in report.findings}
+        row["measured"] = {key: round(value, 4) for key, value in case.measured.items()}
         rows.append(row)
     summary = scores(rows)
     print_table(rows, summary)

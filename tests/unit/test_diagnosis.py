@@ -40,7 +40,8 @@ def case_of(init: str = "xavier", tie: bool = False, norm_first: bool = True, sc
     model_cfg = ModelConfig(n_layers=2, d_model=32, d_ff=64, n_heads=4, init=init, tie_embeddings=tie,
                             share_vocab=False, norm_first=norm_first, src_vocab_size=tokenizer.source_size,
                             tgt_vocab_size=len(tokenizer))
-    cfg = Config(model=model_cfg, data=DataConfig(joint_vocab=False), train=TrainConfig(schedule=schedule_name))
+    plan = TrainConfig(schedule=schedule_name, max_steps=1)  # the given events ran their plan to its end
+    cfg = Config(model=model_cfg, data=DataConfig(joint_vocab=False), train=plan)
     torch.manual_seed(0)
     return Case("test", cfg, build_model(model_cfg).eval(), tokenizer, sources=list(sources),
                 references=list(references), pairs_from="the test pairs", **fields)
@@ -184,6 +185,8 @@ def test_undertrained_never_fires_at_the_tasks_ceiling_and_names_a_plan_cut_shor
     cut = case_of(events=[valid_event(100, 3.0, 10.0), valid_event(200, 2.8, 12.0)])
     cut.cfg = Config(model=cut.cfg.model, train=TrainConfig(max_steps=900, max_seconds=30))
     assert "stopped at step 200 of its plan's 900: train.max_seconds=30 cut it" in undertrained(cut).message
+    cut.events += train_events(9.0, 9.0)  # at the unigram plateau, but cut short: not the schedule's fault
+    assert schedule(cut) is None
 
 
 # ---- translations --------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ class Case:
     references: list[str] = field(default_factory=list)
     pairs_from: str = ""
     trained: bool = True
+    measured: dict[str, float] = field(default_factory=dict)  # what each check measured, fired or not
 
     def need_pairs(self) -> None:
         """NotChecked unless there are sentences to translate with a tokenizer."""
@@ -57,6 +58,17 @@ class Case:
             raise NotChecked("no vocabulary yet (a config before training)")
         if not self.sources:
             raise NotChecked("no sentences: give --src and --ref (the run has no validation set)")
+
+    @functools.cached_property
+    def initial_model(self) -> EncoderDecoder:
+        """The model as training started it, where the config says how (a run trained here from
+        scratch: train.seed's draws of model.init), else the model itself (an imported checkpoint,
+        a fine-tuned run, a config before training). What the initialisation checks read: a run
+        whose weights grew as it diverged did not start with large embeddings."""
+        if not self.trained or self.run is None or self.imported or self.cfg.train.init_from:
+            return self.model
+        torch.manual_seed(self.cfg.train.seed)
+        return build_model(self.cfg.model).eval()
 
     @functools.cached_property
     def translator(self) -> Translator:

@@ -46,7 +46,7 @@ def memorization(case: Case) -> Finding | None:
         valid, where = found[-1]["valid_loss"], "the validation loss"
     else:
         valid, where = case.losses[0], f"the loss on {case.pairs_from}"
-    gap = valid - train
+    gap = case.measured["memorization"] = valid - train
     if gap <= thresholds.MEMORIZATION.value:
         return None
     bleu = f" (validation BLEU {found[-1]['bleu']:.1f})" if found and "bleu" in found[-1] else ""
@@ -77,7 +77,9 @@ def smoothed(losses: list[float]) -> list[float]:
 
 def diverged(case: Case) -> Finding | None:
     """A training loss that became NaN, or whose smoothed value ended more than
-    thresholds.DIVERGED nats above its lowest."""
+    thresholds.DIVERGED nats, and more than thresholds.DIVERGED_SHARE of its lowest, above its
+    lowest: both, so that neither a loss near 0 that wobbles nor the batch-to-batch noise of a
+    loss near 3 reads as a divergence."""
     losses = train_losses(case)
     if not losses:
         return None
@@ -87,7 +89,8 @@ def diverged(case: Case) -> Finding | None:
         curve = smoothed(losses)
         low, last = min(curve), curve[-1]
         rise = last - low
-    if rise <= thresholds.DIVERGED.value:
+    case.measured["schedule/diverged"] = rise
+    if rise <= max(thresholds.DIVERGED.value, thresholds.DIVERGED_SHARE.value * low):
         return None
     peak = max((e["lr"] for e in case.events if e.get("event") == "train" and "lr" in e), default=None)
     at = f" at a peak learning rate of {peak:.2e}" if peak else ""
@@ -126,7 +129,10 @@ def schedule(case: Case) -> Finding | None:
     train = training_loss(case)
     if train is None or case.tokenizer is None or not case.references:
         return None
+    if case.events and cut_short(case):  # still near the start of its plan: undertrained says so
+        return None
     entropy = unigram_entropy(case)
+    case.measured["schedule/unigram"] = train / entropy
     if train < thresholds.UNIGRAM.value * entropy:
         return None
     return Finding("schedule", round(train / entropy, 3), thresholds.UNIGRAM.value,
@@ -139,6 +145,13 @@ def at_ceiling(validation: dict) -> bool:
     """Whether a validation shows the task done: (nearly) every output exactly the reference."""
     return (validation.get("exact_match", 0.0) >= thresholds.CEILING.value
             or validation.get("chrf", 0.0) >= 100 * thresholds.CEILING.value)
+
+
+def cut_short(case: Case) -> bool:
+    """Whether the run stopped before its plan's end (train.max_seconds, or a crash): not a
+    budget, which plans its own end, nor early stopping on train.patience."""
+    steps = [e["step"] for e in case.events if "step" in e]
+    return bool(steps) and bool(stopped_early(case, max(steps))) and case.cfg.train.patience == 0
 
 
 def stopped_early(case: Case, step: int) -> str:
@@ -162,6 +175,7 @@ def undertrained(case: Case) -> Finding | None:
         return None
     bleu_gain = last.get("bleu", 0.0) - before.get("bleu", 0.0)
     loss_drop = before["valid_loss"] - last["valid_loss"]
+    case.measured["undertrained/bleu"], case.measured["undertrained/loss"] = bleu_gain, loss_drop
     if bleu_gain <= thresholds.UNDERTRAINED_BLEU.value and loss_drop <= thresholds.UNDERTRAINED_LOSS.value:
         return None
     value, limit = ((round(bleu_gain, 2), thresholds.UNDERTRAINED_BLEU.value) if bleu_gain > thresholds.UNDERTRAINED_BLEU.value

@@ -22,6 +22,7 @@ def source_ignored(case: Case) -> Finding | None:
     shared = sum(n for n in counts.values() if n > 1) / max(len(by_source), 1)
     right, shuffled = case.losses
     gain = (shuffled - right) / max(shuffled, 1e-9)
+    case.measured["source_ignored/shared"], case.measured["source_ignored/gain"] = shared, gain
     if shared <= thresholds.SOURCE_IGNORED_SHARE.value and gain >= thresholds.SOURCE_IGNORED_GAIN.value:
         return None
     common, n = counts.most_common(1)[0]
@@ -41,7 +42,7 @@ def cut_at_limit(case: Case) -> Finding | None:
     names decode.max_len_a and decode.max_len_b, which cut them."""
     hypotheses = case.hypotheses
     cut = sum(not h.finished for h in hypotheses)
-    share = cut / max(len(hypotheses), 1)
+    share = case.measured["length/cut"] = cut / max(len(hypotheses), 1)
     if share <= thresholds.CUT.value:
         return None
     decode = case.cfg.decode
@@ -60,7 +61,7 @@ def length(case: Case) -> Finding | None:
     if found := cut_at_limit(case):
         return found
     words = sum(len(h.text.split()) for h in case.hypotheses)
-    ratio = words / max(sum(len(r.split()) for r in case.references), 1)
+    ratio = case.measured["length/ratio"] = words / max(sum(len(r.split()) for r in case.references), 1)
     if thresholds.LENGTH_LOW.value <= ratio <= thresholds.LENGTH_HIGH.value:
         return None
     short = ratio < thresholds.LENGTH_LOW.value
@@ -84,7 +85,7 @@ def repetition(case: Case) -> Finding | None:
     length limit without a loop is a `length` finding, not a loop."""
     hypotheses = case.hypotheses
     looping = [h for h in hypotheses if loops(h.text)]
-    share = len(looping) / max(len(hypotheses), 1)
+    share = case.measured["repetition"] = len(looping) / max(len(hypotheses), 1)
     if share <= thresholds.REPETITION.value:
         return None
     unfinished = sum(not h.finished for h in looping)

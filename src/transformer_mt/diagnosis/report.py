@@ -7,7 +7,7 @@ import textwrap
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from transformer_mt.diagnosis import metrics, outputs, text, weights
+from transformer_mt.diagnosis import metrics, outputs, text, thresholds, weights
 from transformer_mt.diagnosis.case import Case, NotChecked
 from transformer_mt.diagnosis.finding import Finding
 
@@ -33,20 +33,30 @@ FOLLOWS: dict[str, tuple[str, ...]] = {
     "embedding_scale": ("schedule", "memorization", "undertrained", "source_ignored", "length", "repetition"),
     "cloned_init": ("schedule", "undertrained", "source_ignored", "length", "repetition"),
     "tied_scale": ("schedule", "undertrained", "source_ignored", "length", "repetition"),
-    "misaligned_pairs": ("schedule", "memorization", "source_ignored", "length", "repetition"),
+    "misaligned_pairs": ("truncation", "schedule", "memorization", "undertrained", "source_ignored", "length",
+                         "repetition"),
     "unknown_words": ("source_ignored", "length", "repetition"),
-    "truncation": ("length",),
+    "truncation": ("memorization", "length"),
     "schedule": ("memorization", "undertrained", "source_ignored", "length", "repetition"),
     "memorization": ("source_ignored", "length", "repetition"),
+    "undertrained": ("source_ignored", "length", "repetition"),
 }
 
 
 def with_causes(findings: list[Finding]) -> list[Finding]:
     """`findings` (in CHECKS order: causes first), each marked with the causes among them it may
-    follow from."""
+    follow from, its message ending with how sure it is (thresholds.HEALTHY)."""
     fired = [f.id for f in findings]
-    return [replace(f, follows_from=tuple(cause for cause in fired if f.id in FOLLOWS.get(cause, ())))
-            for f in findings]
+    return [replace(f, follows_from=tuple(cause for cause in fired if f.id in FOLLOWS.get(cause, ())),
+                    message=f"{f.message} ({sureness(f)})") for f in findings]
+
+
+def sureness(finding: Finding) -> str:
+    """The evidence in one clause: the value against its limit, and what the doctor's zoo measured
+    on healthy runs (docs/doctor.md), so that a learner can weigh a finding near its limit."""
+    healthy = thresholds.HEALTHY.get(finding.id)
+    return f"{finding.value} against the limit {finding.limit}" + (f"; healthy runs of the doctor's zoo: {healthy}"
+                                                                   if healthy else "")
 
 
 @dataclass

@@ -29,7 +29,7 @@ def unknown_words(case: Case) -> Finding | None:
     case.need_pairs()
     source = unknown_share(case.tokenizer.encode(case.sources), (UNK_ID,))
     target = unknown_share(case.tokenizer.encode_target(case.references), (UNK_ID, PAD_ID))
-    share = max(source, target)
+    share = case.measured["unknown_words"] = max(source, target)
     if share <= thresholds.UNKNOWN_WORDS.value:
         return None
     hidden = ("padding that the source mask hides" if case.cfg.decode.unknown_words == "pad"
@@ -51,7 +51,7 @@ def truncation(case: Case) -> Finding | None:
         raise NotChecked("no prepared training data (an imported run, or a config before training)")
     counts = json.loads(manifest.read_text(encoding="utf-8"))["counts"]["train"]
     usable = counts["lines"] - counts["skipped"]
-    share = counts["filtered"] / max(usable, 1)
+    share = case.measured["truncation"] = counts["filtered"] / max(usable, 1)
     if share <= thresholds.TRUNCATION.value:
         return None
     data = case.cfg.data
@@ -98,7 +98,7 @@ def misaligned_pairs(case: Case) -> Finding | None:
         raise NotChecked(f"the training text cannot be read ({err})") from None
     if len(sources) < 20:
         raise NotChecked("fewer than 20 training pairs")
-    r = length_correlation(sources, targets)
+    r = case.measured["misaligned_pairs"] = length_correlation(sources, targets)
     if r >= thresholds.MISALIGNED.value:
         return None
     evidence = ""

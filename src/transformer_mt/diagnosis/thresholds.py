@@ -43,6 +43,8 @@ TIED_SCALE = Threshold(3.0, "logits of a tied output layer with a standard devia
 DIVERGED = Threshold(0.5, "the training loss, smoothed over SMOOTHING logged steps, ended more than 0.5 nats above "
                           "its lowest: the model now gives the right tokens 40% less probability than it once did; a "
                           "margin in nats, so a loss near 0 that wobbles (0.00 to 0.01) is not a divergence")
+DIVERGED_SHARE = Threshold(0.25, "and by more than a quarter of its lowest: a healthy Multi30k run's smoothed loss "
+                                  "ends up to 0.33 nats (14%) above its lowest from batch to batch (the doctor's zoo)")
 MISALIGNED = Threshold(0.3, "the character lengths of the training pairs' two sides correlate below 0.3; aligned "
                             "parallel text correlates at 0.6 and above (Multi30k en-de 0.8, the numbers task 0.9, "
                             "the copy task 1.0), lines shifted or shuffled against each other near 0")
@@ -54,3 +56,22 @@ UNDERTRAINED_LOSS = Threshold(0.02, "validation loss fell by more than 0.02 nats
                                     "(in nats, not a share: near 0, a share of a tiny loss is noise)")
 CEILING = Threshold(0.95, "a model whose validation output matches 95% of its references exactly (or scores chrF "
                           "95) is at its task's ceiling: more training cannot measurably help it")
+
+# What the doctor's zoo (benchmarks/doctor_zoo.py, docs/doctor.md) measured on its healthy runs,
+# by check: a finding's message quotes it beside its value, so a value near its limit reads as
+# the weaker evidence it is.
+HEALTHY: dict[str, str] = {
+    "embedding_scale": "0.35 to 1.58",
+    "cloned_init": "no pair of matrices near the limit",
+    "tied_scale": "0.25 to 1.12",
+    "misaligned_pairs": "0.89 to 1.00",
+    "unknown_words": "0",
+    "truncation": "0",
+    "schedule": "a rise of at most 0.33 nats, a loss at most 0.69 of the unigram entropy",
+    "memorization": "a gap of at most 0.45 nats",
+    "undertrained": "0 on the demo and the copy task (at their ceiling); +2.0 BLEU in the last interval of a "
+                    "900-step Multi30k run, which more training helps",
+    "source_ignored": "at most 3.5% shared translations, the right sources at least 56% lower in loss",
+    "length": "0.89 to 1.00 of the references' words, none cut at the limit",
+    "repetition": "at most 2% looping",
+}

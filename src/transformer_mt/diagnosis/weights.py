@@ -27,12 +27,14 @@ def added(embed: Embeddings, positions: torch.Tensor) -> EmbeddingToPosition:
 
 def embedding_scale(case: Case) -> Finding | None:
     """The token embeddings as added over the positional encoding, both as RMS (section 3.4
-    scales by sqrt(d_model) so that the two are of one size)."""
-    model = case.model
+    scales by sqrt(d_model) so that the two are of one size), as the model was initialised
+    (Case.initial_model)."""
+    model = case.initial_model
     table = model.positional.table()[:256]
     sides = {"source": added(model.src_embed, table), "target": added(model.tgt_embed, table)}
     side, measured = max(sides.items(), key=lambda item: item[1].ratio)
     largest, positions, ratio = measured.added, measured.positions, measured.ratio
+    case.measured["embedding_scale"] = ratio
     if ratio <= thresholds.EMBEDDING_SCALE.value:
         return None
     scaled = f"times sqrt(d_model) = {model.src_embed.scale:.1f}, " if model.src_embed.scale != 1 else ""
@@ -65,6 +67,7 @@ def cloned_init(case: Case) -> Finding | None:
     many gives when nothing re-draws them (the notes' make_model: clones() and c(attn))."""
     matrices = weight_matrices(case)
     pairs = near_copies(matrices, thresholds.CLONED.value)
+    case.measured["cloned_init"] = pairs[0][0] if pairs else 0.0  # the largest correlation, where at the limit
     if not pairs:
         return None
     copied = {name for _, a, b in pairs for name in (a, b)}
@@ -81,10 +84,10 @@ def cloned_init(case: Case) -> Finding | None:
 def tied_scale(case: Case) -> Finding | None:
     """The spread of the logits a tied output layer starts from: sqrt(d_model) times the
     RMS of the embedding it shares, for final states of unit RMS (after the LayerNorm)."""
-    model = case.model
+    model = case.initial_model
     if model.generator.proj.weight is not model.tgt_embed.lut.weight:
         return None
-    spread = rms(model.tgt_embed.lut.weight) * model.tgt_embed.d_model ** 0.5
+    spread = case.measured["tied_scale"] = rms(model.tgt_embed.lut.weight) * model.tgt_embed.d_model ** 0.5
     if spread <= thresholds.TIED_SCALE.value:
         return None
     return Finding(
