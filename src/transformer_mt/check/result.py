@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from transformer_mt.model.measures import EMBEDDING_TO_POSITION_LIMIT
+
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not_checked"
 
 # Two float32 passes of the same computation agree to ~1e-6 of their size; a slip of the
@@ -16,10 +18,7 @@ CLOSE = 1e-4
 # Near copies in a model just built: deep copies never re-drawn correlate at exactly 1,
 # independent draws of the checks' sizes at |r| < 0.1.
 COPIES = 0.99
-# The token embeddings as added against the positional encoding, as RMS (the doctor's
-# embedding_scale measure): 4 leaves the positions 1/17 of the sum's energy; nn.Embedding's
-# N(0, 1) times sqrt(d_model) is 8 at d_model 32 and 16 at 128, Xavier about 1.
-EMBEDDING_TO_POSITION = 4.0
+EMBEDDING_TO_POSITION = EMBEDDING_TO_POSITION_LIMIT  # model/measures.py, the doctor's limit too
 
 
 class NotChecked(Exception):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transformer_mt.model.measures import EMBEDDING_TO_POSITION_LIMIT
+
 
 @dataclass(frozen=True)
 class Threshold:
@@ -18,7 +20,7 @@ class Threshold:
     reason: str
 
 
-EMBEDDING_SCALE = Threshold(4.0, "a scaled token embedding 4 times the positional encoding's RMS leaves the positions "
+EMBEDDING_SCALE = Threshold(EMBEDDING_TO_POSITION_LIMIT, "a scaled token embedding 4 times the positional encoding's RMS leaves the positions "
                              "1/17 of the sum's energy; the notes' N(0, 1) x sqrt(128) is 16 times (11.3 against "
                              "0.71), Xavier 0.25, N(0, 1/d_model) 1.4")
 CLONED = Threshold(0.9, "independently drawn matrices correlate near 0 (|r| < 0.05 for d_model 32 and up) and stay far "

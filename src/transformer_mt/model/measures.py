@@ -10,6 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+# The token embeddings as added may be this many times the positional encoding's RMS, for the
+# doctor (embedding_scale) and `check` (embedding_init) alike: 4 leaves the positions 1/17 of
+# the sum's energy; nn.Embedding's N(0, 1) times sqrt(d_model) is 8 at d_model 32 and 16 at 128,
+# Xavier about 1.
+EMBEDDING_TO_POSITION_LIMIT = 4.0
 SAMPLE = 1 << 16  # entries of each matrix that the correlations read: a copy shows on any part of it
 
 
