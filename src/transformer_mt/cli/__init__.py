@@ -6,7 +6,8 @@
 Each sub-command lives in a module of this package with a `register(subparsers)`
 function: train.py (train, prepare, vocab, average, demo), translate.py (translate, evaluate),
 generate.py, plot.py, serve.py, data.py, interop.py (export, import), doctor.py, check.py. The flags
-several commands share are built here (add_option_flag, add_checkpoint_flag, ...). User mistakes (`UserError`) print one line and exit with code 2; no traceback."""
+several commands share are built here (add_option_flag, add_checkpoint_flag, ...). User mistakes
+(`UserError`) print one line and exit with code 2; no traceback."""
 
 from __future__ import annotations
 

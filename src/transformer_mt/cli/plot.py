@@ -20,7 +20,7 @@ ATTENTION_CHOICES = ("all", "encoder", "decoder", "cross")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `plot` (with one sub-command per figure) and `serve`."""
+    """Add `plot`, with one sub-command per figure."""
     plot = subparsers.add_parser(
         "plot", help="draw a mechanism of the model or a trained run (PNG or SVG)",
         description="Draw a figure; --out chooses the file, its extension the format (.png or .svg).",

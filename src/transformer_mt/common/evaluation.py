@@ -14,9 +14,8 @@ from transformer_mt.common.errors import UserError
 
 # What a tokenization needs beyond sacreBLEU itself, said in one line where it is missing.
 NEEDS = {"ja-mecab": "pip install 'sacrebleu[ja]'", "ko-mecab": "pip install 'sacrebleu[ko]'",
-         "flores101": "sacreBLEU's flores101 sentencepiece model, which it downloads at first use on a machine "
-                      "that is online", "flores200": "sacreBLEU's flores200 sentencepiece model, which it downloads "
-                                                     "at first use on a machine that is online"}
+         **{flores: f"sacreBLEU's {flores} sentencepiece model, which it downloads at first use on a machine that "
+                    "is online" for flores in ("flores101", "flores200")}}
 
 
 @dataclass
@@ -32,8 +31,6 @@ class Scores:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-
-
 def bleu_metric(tokenize: str) -> BLEU:
     """sacreBLEU's cased BLEU with the tokenization `tokenize` (one of BLEU_TOKENIZE); one whose
     extra or model is missing is one UserError line that says what to install."""
@@ -44,6 +41,7 @@ def bleu_metric(tokenize: str) -> BLEU:
     except (RuntimeError, OSError) as err:  # sacreBLEU's missing-extra error; a download that failed offline
         raise UserError(f"BLEU tokenization {tokenize} needs {NEEDS.get(tokenize, 'what sacreBLEU names')} "
                         f"({type(err).__name__}); or score with another data.bleu_tokenize") from None
+
 
 def score(
     hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False, tokenize: str = "13a"

@@ -67,8 +67,7 @@ class Case:
         whose weights grew as it diverged did not start with large embeddings."""
         if not self.trained or self.run is None or self.imported or self.cfg.train.init_from:
             return self.model
-        torch.manual_seed(self.cfg.train.seed)
-        return build_model(self.cfg.model).eval()
+        return initial_weights(self.cfg)
 
     @functools.cached_property
     def translator(self) -> Translator:
@@ -150,9 +149,14 @@ def config_case(target: str, overrides: Sequence[str]) -> Case:
     size = cfg.data.vocab_size
     model_cfg = replace(cfg.model, src_vocab_size=cfg.model.src_vocab_size or size,
                         tgt_vocab_size=cfg.model.tgt_vocab_size or size)
-    torch.manual_seed(cfg.train.seed)
     cfg = replace(cfg, model=model_cfg)
-    return Case(target, cfg, build_model(model_cfg).eval(), trained=False)
+    return Case(target, cfg, initial_weights(cfg), trained=False)
+
+
+def initial_weights(cfg: Config) -> EncoderDecoder:
+    """The model `train` starts from for `cfg`: model.init's draws, seeded with train.seed."""
+    torch.manual_seed(cfg.train.seed)
+    return build_model(cfg.model).eval()
 
 
 def validation_pairs(case: Case):

@@ -31,6 +31,11 @@ def training_loss(case: Case) -> float | None:
     return float(loss) if isinstance(loss, (int, float)) else None
 
 
+def logged_rates(case: Case) -> list[float]:
+    """The learning rate of every logged training step, in order."""
+    return [e["lr"] for e in case.events if e.get("event") == "train" and "lr" in e]
+
+
 def validations(case: Case) -> list[dict]:
     return [e for e in case.events if e.get("event") == "valid" and "valid_loss" in e]
 
@@ -92,7 +97,7 @@ def diverged(case: Case) -> Finding | None:
     case.measured["schedule/diverged"] = rise
     if rise <= max(thresholds.DIVERGED.value, thresholds.DIVERGED_SHARE.value * low):
         return None
-    peak = max((e["lr"] for e in case.events if e.get("event") == "train" and "lr" in e), default=None)
+    peak = max(logged_rates(case), default=None)
     at = f" at a peak learning rate of {peak:.2e}" if peak else ""
     return Finding("schedule", round(rise, 3) if math.isfinite(rise) else "not finite", thresholds.DIVERGED.value,
                    f"the training loss (the median of {SMOOTHING} logged steps) rose from {low:.2f} to {last:.2f} "
@@ -104,7 +109,7 @@ def plateau_fix(case: Case) -> str:
     """What to change for a loss stuck at the unigram entropy, from the rates the run logged and
     its width: a small model at a high peak needs a lower one (docs/ablations.md measured
     equation 3's peak cost 2.1 BLEU at d_model 128); a tiny rate needs a higher one."""
-    rates = [e["lr"] for e in case.events if e.get("event") == "train" and "lr" in e]
+    rates = logged_rates(case)
     if rates and max(rates) < 1e-4:
         return (f"a higher rate: the peak was {max(rates):.1e} (--train.lr_scale=1 with the paper's schedule, or "
                 "--train.lr=1e-3); and check embedding_scale and source_ignored")
@@ -129,7 +134,7 @@ def schedule(case: Case) -> Finding | None:
     train = training_loss(case)
     if train is None or case.tokenizer is None or not case.references:
         return None
-    if case.events and cut_short(case):  # still near the start of its plan: undertrained says so
+    if cut_short(case):  # still near the start of its plan: undertrained says so
         return None
     entropy = unigram_entropy(case)
     case.measured["schedule/unigram"] = train / entropy

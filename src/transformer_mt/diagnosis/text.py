@@ -4,7 +4,7 @@ truncation), and of the training pairs against each other (misaligned_pairs)."""
 from __future__ import annotations
 
 import json
-import math
+import statistics
 from itertools import islice
 from pathlib import Path
 
@@ -67,13 +67,12 @@ PAIRS_READ = 5000  # training pairs whose lengths are compared: enough for a cor
 
 def length_correlation(sources: list[str], targets: list[str]) -> float:
     """Pearson's correlation of the two sides' lengths in characters, pair by pair: a sentence
-    and its translation are long or short together, lines shifted or shuffled are not."""
-    xs, ys = [len(s) for s in sources], [len(t) for t in targets]
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    cov = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
-    spread = math.sqrt(sum((x - mean_x) ** 2 for x in xs) * sum((y - mean_y) ** 2 for y in ys))
-    return cov / spread if spread else 1.0
+    and its translation are long or short together, lines shifted or shuffled are not. Sides of
+    one length throughout (nothing to correlate) count as aligned."""
+    try:
+        return statistics.correlation([len(s) for s in sources], [len(t) for t in targets])
+    except statistics.StatisticsError:  # a constant side
+        return 1.0
 
 
 def first_pairs(src: Path, tgt: Path) -> tuple[list[str], list[str]]:
