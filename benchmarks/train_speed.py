@@ -95,9 +95,9 @@ class TorchTransformer(nn.Module):
     """nn.Transformer with embeddings, positional encoding and a tied generator; the loss
     is what a PyTorch user writes: F.cross_entropy with label_smoothing on every position."""
 
-    def __init__(self, n: int, d: int, f: int, h: int, dropout: float, norm_first: bool) -> None:
+    def __init__(self, n: int, d: int, f: int, h: int, dropout: float, norm_first: bool, vocab: int = VOCAB) -> None:
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, d)
+        self.embed = nn.Embedding(vocab, d)
         nn.init.xavier_uniform_(self.embed.weight)
         self.positional = PositionalEncoding(d, dropout)
         self.transformer = nn.Transformer(d, h, n, n, f, dropout, batch_first=True, norm_first=norm_first)
@@ -128,7 +128,7 @@ class Ours(nn.Module):
         self.model = build_model(cfg.model)
         self.train_cfg = cfg.train
         self.teacher_forcing = TeacherForcing(self.model)  # what the trainer's forward is
-        self.criterion = LabelSmoothingLoss(VOCAB, PAD, 0.1)
+        self.criterion = LabelSmoothingLoss(cfg.model.tgt_vocab_size, PAD, 0.1)
 
     def forward(self, batch):
         return self.teacher_forcing(batch)

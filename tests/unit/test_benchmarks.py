@@ -105,3 +105,60 @@ def test_train_speed_profile_counts_the_matrix_products_and_only_them(monkeypatc
              "matmul_ms": 600.0}]
     (line,) = bench.matmul_bounds(rows)
     assert rows[0]["bound"] == pytest.approx(2.4) and "2.40x at most" in line and "measured 1.50x" in line
+
+
+@pytest.fixture(scope="module")
+def gpu_speed():
+    return load_benchmark("gpu_speed")
+
+
+def test_gpu_speed_every_eager_configuration_trains_as_the_trainer_does(gpu_speed) -> None:
+    """benchmarks/gpu_speed.py's parts compute today's training step: on the CPU, each part
+    switched alone (fp32) and the whole fast path without compilation (fp32 and bf16) give
+    today's eager fp32 losses within rounding, on a run whose loss falls by more than a nat
+    (so a wrong gradient, mask or smoothing would show). torch.compile's configurations take
+    minutes to compile here: `gpu_speed.py --device cpu --quick` checks them."""
+    import dataclasses
+
+    import torch
+
+    eager = {name: parts for name, parts in gpu_speed.check_configurations().items() if not parts.compile}
+    eager["fast-eager"] = dataclasses.replace(gpu_speed.FAST, compile=False)
+    records = gpu_speed.check(torch.device("cpu"), eager)
+    assert {r["config"] for r in records} >= {"fp32+loss", "fp32+positions", "fp32+sync", "fp32+adam",
+                                             "fp32+attention", "fp32+shapes", "today", "fast-eager"}
+    failed = [(r["config"], r["largest_relative_difference"]) for r in records if not r["passed"]]
+    assert not failed
+    losses = records[0]["losses"]
+    assert losses[0] - min(losses) > 1.0
+
+
+def test_gpu_speed_check_catches_a_fast_path_that_attends_to_padding(gpu_speed, monkeypatch) -> None:
+    """The check is a claim too: a fast path whose padding mask lets queries attend to padding
+    (the all-positions path builds its own mask) fails it."""
+    import torch
+
+    attends_to_padding = lambda src, pad: torch.ones_like(src, dtype=torch.bool)[:, None, None, :]  # noqa: E731
+    monkeypatch.setattr(gpu_speed, "padding_mask", attends_to_padding)
+    name = "fp32+positions"
+    (record,) = gpu_speed.check(torch.device("cpu"), {name: gpu_speed.check_configurations()[name]})
+    assert not record["passed"] and record["largest_relative_difference"] > 10 * record["tolerance"]
+
+
+def test_gpu_speed_fixed_shapes_pad_the_same_micro_batches(gpu_speed) -> None:
+    """Fixed shapes: every micro-batch is padded to one of FIXED_LENGTHS, holds the pairs of
+    the length-bucketed micro-batch at the same place (the rest padding), and as many sentences
+    as micro_tokens // length; so rows of either shapes train on the same target tokens."""
+    pairs = gpu_speed.wmt_like_pairs(3000, 500, seed=0)
+    buckets = gpu_speed.make_steps(pairs, 2000, 2, 4, "buckets")
+    fixed = gpu_speed.make_steps(pairs, 2000, 2, 4, "fixed")
+    lengths = set()
+    for flexible, padded in zip(sum(buckets, []), sum(fixed, [])):
+        length = padded.src.size(1)
+        lengths.add(length)
+        assert length in gpu_speed.FIXED_LENGTHS and padded.tgt_in.shape == padded.tgt_out.shape == padded.src.shape
+        assert padded.src.size(0) == 2000 // length and padded.n_tokens == flexible.n_tokens
+        for name in ("src", "tgt_in", "tgt_out"):
+            a, b = getattr(flexible, name), getattr(padded, name)
+            assert a.size(1) <= length and (b[:, : a.size(1)] == a).all() and (b[:, a.size(1) :] == gpu_speed.PAD).all()
+    assert len(lengths) > 1
