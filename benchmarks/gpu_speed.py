@@ -14,7 +14,8 @@ seconds is recorded as skipped (--rows runs only the named ones, for a second ca
 1. "device": the device's name, torch's version, the measured fp32 and bf16 matrix-product peaks.
 2. "check": a tiny model trained CHECK_STEPS steps from one seed on the same batches, dropout 0,
    under each configuration: its losses against today's eager fp32 path, the largest relative
-   difference. Apart from the dtype the parts only reorder rounding (CHECK_TOLERANCE).
+   difference. Apart from the dtype the parts only reorder rounding (CHECK_TOLERANCE). A failed
+   check is reported (and the exit code is 1); the speed rows run all the same.
 3. "speed": wmt14_en_de_base and wmt14_en_de_big (the paper's recipes: 37,000-token vocabulary,
    random ids of WMT-like lengths) at paper-scale steps: micro-batches of padded tokens accumulated
    to STEP_TOKENS a step, the largest micro-batch of STEP_TOKENS / k that fits. Each row: target
@@ -79,7 +80,10 @@ MAX_LENGTH = 250  # the longest sentence drawn, in subwords (eos or bos makes it
 SMOOTHING = 0.1
 CHECK_STEPS = 20
 CHECK_LR = 3e-3
-CHECK_TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}  # largest relative loss difference to today's fp32 path
+# The largest relative loss difference to today's fp32 path: a part that only reorders rounding starts
+# ~1e-7 apart, and 20 Adam steps at CHECK_LR grow that to ~3e-5 on a CPU (GPU atomics add some);
+# a path that attends to padding ends 4e-3 apart, one without label smoothing 5e-2.
+CHECK_TOLERANCE = {"fp32": 3e-4, "bf16": 2e-2}
 
 
 @dataclass(frozen=True)

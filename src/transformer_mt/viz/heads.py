@@ -96,11 +96,11 @@ def head_stats(
     """Entropy (and, with `ablate`, BLEU changes, with `tokenize` or the run's data.bleu_tokenize)
     of every head of a run's best weights."""
     translator = Translator.from_run(run, device=device)
-    tokenize = tokenize or RunDir(Path(run)).read_config().data.bleu_tokenize
     sources, references = validation_pairs(run, sentences)
     entropy = head_entropies(translator, sources, references)
     if not ablate:
         return HeadStats(entropy)
+    tokenize = tokenize or RunDir(Path(run)).read_config().data.bleu_tokenize
     baseline, changes = head_ablation(translator, sources, references, tokenize)
     return HeadStats(entropy, changes, baseline)
 
