@@ -41,6 +41,8 @@ switches: a part that pays moves into the trainer with its tests, one that does 
     shapes     buckets: a micro-batch padded to its longest sentence; fixed: to one of FIXED_LENGTHS,
                with a fixed number of sentences per length, so torch.compile makes a few graphs
     compile    torch.compile of the forward and the loss (static shapes with fixed lengths)
+    graphs     CUDA graphs of the compiled forward and backward (mode "reduce-overhead"): not in FAST,
+               a row of its own ("fast-with-graphs"), since a step's launches may be what is left
     pinned     micro-batches pinned in host memory and copied without waiting (CUDA only)
     dtype      bf16 autocast or fp32
 """
@@ -97,6 +99,7 @@ class Parts:
     attention: str = "sdpa"
     shapes: str = "buckets"
     compile: bool = False
+    graphs: bool = False
     pinned: bool = False
     dtype: str = "bf16"
 
@@ -104,7 +107,7 @@ class Parts:
 TODAY = Parts()
 FAST = Parts(loss="fused", positions="all", sync="log", shapes="fixed", compile=True, pinned=True)
 OFF = {"loss": "blocks", "positions": "real", "sync": "step", "adam": "foreach", "attention": "explicit",
-       "shapes": "buckets", "compile": False, "pinned": False, "dtype": "fp32"}  # each part turned off
+       "shapes": "buckets", "compile": False, "pinned": False, "dtype": "fp32"}  # each part of FAST turned off
 
 
 def without(name: str) -> Parts:
@@ -119,7 +122,8 @@ def check_configurations() -> dict[str, Parts]:
     switched = {name: getattr(FAST, name) if getattr(FAST, name) != getattr(TODAY, name) else OFF[name]
                 for name in OFF if name != "dtype"}
     alone = {f"fp32+{name}": dataclasses.replace(reference, **{name: value}) for name, value in switched.items()}
-    return alone | {"fast-fp32": dataclasses.replace(FAST, dtype="fp32"), "today": TODAY, "fast": FAST}
+    return alone | {"fast-fp32": dataclasses.replace(FAST, dtype="fp32"), "today": TODAY, "fast": FAST,
+                    "fast-with-graphs": dataclasses.replace(FAST, graphs=True)}
 
 
 # ---- the data: random ids of WMT-like lengths, in micro-batches -----------------------------
@@ -181,7 +185,9 @@ def make_steps(pairs: list, micro_tokens: int, accumulate: int, n_steps: int, sh
 # ---- one training step under a configuration ------------------------------------------------
 def maybe_compiled(fn: Callable, parts: Parts) -> Callable:
     """torch.compile'd `fn` when parts.compile: static shapes for fixed lengths, dynamic otherwise."""
-    return torch.compile(fn, dynamic=parts.shapes != "fixed") if parts.compile else fn
+    if not parts.compile:
+        return fn
+    return torch.compile(fn, dynamic=parts.shapes != "fixed", mode="reduce-overhead" if parts.graphs else None)
 
 
 def ours(cfg: Config, parts: Parts, device: torch.device) -> tuple[nn.Module, Callable[[Batch, float], torch.Tensor]]:
@@ -260,6 +266,8 @@ class Stepper:
         scale = 1.0 / sum(batch.n_tokens for batch in micro)
         total: torch.Tensor | float = 0.0
         for batch in micro:
+            if self.parts.graphs:  # the graphs' outputs of the last micro-batch are no longer read
+                torch.compiler.cudagraph_mark_step_begin()
             loss = self.loss(self.to_device(batch), scale)
             loss.backward()
             total = total + (loss.item() if self.parts.sync == "step" else loss.detach())
@@ -379,6 +387,7 @@ def speed_rows(quick: bool) -> list[tuple[str, str, Callable, Parts]]:
              ("torch-eager", theirs, Parts(loss="fused", positions="all", sync="log")),
              ("torch-compile", theirs, Parts(loss="fused", positions="all", sync="log", shapes="fixed", compile=True))]
     parts = [(f"fast-without-{name}", ours, without(name)) for name in OFF if name != "dtype"]
+    parts.append(("fast-with-graphs", ours, dataclasses.replace(FAST, graphs=True)))
     last = [("fast-fp32", ours, without("dtype")), ("ours-today-fp32", ours, dataclasses.replace(TODAY, dtype="fp32"))]
     return [(preset, *row) for group in (first, parts, last) for preset in presets for row in group]
 
