@@ -173,13 +173,17 @@ def as_batch(pairs: list, ids: list[int], length: int | None) -> Batch:
     return Batch(pad(batch.src), pad(batch.tgt_in), pad(batch.tgt_out), batch.n_tokens)
 
 
-def make_steps(pairs: list, micro_tokens: int, accumulate: int, n_steps: int, shapes: str) -> list[list[Batch]]:
-    """n_steps steps of `accumulate` micro-batches each, the same pairs for either shapes."""
+def make_steps(pairs: list, micro_tokens: int, accumulate: int, n_steps: int) -> dict[str, list[list[Batch]]]:
+    """n_steps steps of `accumulate` micro-batches each, for either shapes ("buckets", "fixed"):
+    the same pairs in both."""
     plan = micro_batches(pairs, micro_tokens, seed=0)[: n_steps * accumulate]
     if len(plan) < n_steps * accumulate:
         raise ValueError(f"{len(pairs)} pairs make {len(plan)} micro-batches, fewer than {n_steps * accumulate}")
-    batches = [as_batch(pairs, ids, length if shapes == "fixed" else None) for length, ids in plan]
-    return [batches[i : i + accumulate] for i in range(0, len(batches), accumulate)]
+    steps = {}
+    for shapes in ("buckets", "fixed"):
+        batches = [as_batch(pairs, ids, length if shapes == "fixed" else None) for length, ids in plan]
+        steps[shapes] = [batches[i : i + accumulate] for i in range(0, len(batches), accumulate)]
+    return steps
 
 
 # ---- one training step under a configuration ------------------------------------------------
@@ -295,13 +299,13 @@ def check(device: torch.device, configurations: dict[str, Parts]) -> list[dict]:
     fp32 path's, at CHECK_LR: the loss falls by more than a nat, so a wrong gradient, mask or
     smoothing moves it (at the benchmark's LR it would stay near log V, where they barely show)."""
     cfg = check_config()
-    pairs = wmt_like_pairs(600, cfg.model.tgt_vocab_size, seed=1, max_length=60, copy=True)
+    steps = make_steps(wmt_like_pairs(600, cfg.model.tgt_vocab_size, seed=1, max_length=60, copy=True), 512, 2,
+                       CHECK_STEPS)
     reference = step_losses(Stepper(ours, cfg, dataclasses.replace(TODAY, dtype="fp32"), device, CHECK_LR),
-                            make_steps(pairs, 512, 2, CHECK_STEPS, "buckets"))
+                            steps["buckets"])
     records = []
     for name, parts in configurations.items():
-        losses = step_losses(Stepper(ours, cfg, parts, device, CHECK_LR),
-                             make_steps(pairs, 512, 2, CHECK_STEPS, parts.shapes))
+        losses = step_losses(Stepper(ours, cfg, parts, device, CHECK_LR), steps[parts.shapes])
         worst = max(abs(a - b) / abs(b) for a, b in zip(losses, reference))
         records.append({"record": "check", "config": name, "parts": dataclasses.asdict(parts),
                         "largest_relative_difference": worst, "tolerance": CHECK_TOLERANCE[parts.dtype],
@@ -379,17 +383,17 @@ def profile_row(cfg: Config, parts: Parts, steps: list[list[Batch]], device: tor
             "table": events.table(sort_by=key, row_limit=25)}
 
 
-def speed_rows(quick: bool) -> list[tuple[str, str, Callable, Parts]]:
-    """(preset, row, model maker, parts) in the order they run: the headline rows of both
-    presets, each part's row, then fp32."""
-    presets = ["wmt14_en_de_base"] if quick else ["wmt14_en_de_base", "wmt14_en_de_big"]
+def speed_rows(presets: list[str]) -> tuple[list, list]:
+    """(preset, row, model maker, parts) of the headline rows of every preset, then of the rest
+    (each part's row, then fp32), in the order they run."""
     first = [("ours-today", ours, TODAY), ("ours-fast", ours, FAST),
              ("torch-eager", theirs, Parts(loss="fused", positions="all", sync="log")),
              ("torch-compile", theirs, Parts(loss="fused", positions="all", sync="log", shapes="fixed", compile=True))]
     parts = [(f"fast-without-{name}", ours, without(name)) for name in OFF if name != "dtype"]
     parts.append(("fast-with-graphs", ours, dataclasses.replace(FAST, graphs=True)))
     last = [("fast-fp32", ours, without("dtype")), ("ours-today-fp32", ours, dataclasses.replace(TODAY, dtype="fp32"))]
-    return [(preset, *row) for group in (first, parts, last) for preset in presets for row in group]
+    return ([(preset, *row) for preset in presets for row in first],
+            [(preset, *row) for group in (parts, last) for preset in presets for row in group])
 
 
 # ---- the run --------------------------------------------------------------------------------
@@ -408,43 +412,51 @@ class Records:
 
 
 def run_speed(args, device: torch.device, peaks: dict, records: Records, started: float) -> None:
-    """The speed rows (and after the headline rows of every preset, the profiles)."""
-    step_tokens = 2000 if args.quick else STEP_TOKENS
-    data: dict[str, tuple] = {}
-    rows = speed_rows(args.quick)
-    headline = sum(1 for row in rows if row[1] in ("ours-today", "ours-fast", "torch-eager", "torch-compile"))
-    for index, (preset, name, make, parts) in enumerate(rows):
-        if index == headline and not args.rows:
-            run_profiles(data, device, records, started, args.budget)
-        if args.rows and name not in args.rows.split(","):
-            continue
-        record = {"record": "speed", "preset": preset, "row": name, "parts": dataclasses.asdict(parts)}
-        if time.perf_counter() - started > args.budget:
-            records.add(record | {"skipped": "budget"})
-            continue
-        if preset not in data:
-            cfg = paper_config(preset, args.quick)
-            pairs = wmt_like_pairs(4000 if args.quick else 60000, cfg.model.tgt_vocab_size, seed=0)
-            micro = step_tokens if device.type == "cpu" else micro_tokens_that_fit(cfg, pairs, step_tokens, device)
-            data[preset] = (cfg, pairs, micro, step_tokens // micro)
-        cfg, pairs, micro, accumulate = data[preset]
-        steps = make_steps(pairs, micro, accumulate, args.steps, parts.shapes)
-        try:
-            result = time_row(make, cfg, parts, steps, device, peaks)
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            result = {"skipped": "out of memory"}
-        records.add(record | {"micro_tokens": micro, "accumulate": accumulate} | result)
-        print(table_line(records.kept[-1]), flush=True)
+    """The headline rows of every preset, the profiles (unless --rows), then the other rows."""
+    data: dict[str, tuple] = {}  # preset -> (config, micro-batch tokens, accumulate, steps by shapes)
+    presets = ["wmt14_en_de_base"] if args.quick else ["wmt14_en_de_base", "wmt14_en_de_big"]
+    headline, rest = speed_rows(presets)
+    for row in headline:
+        run_row(row, data, args, device, peaks, records, started)
+    if not args.rows:
+        run_profiles(data, device, records, started, args.budget)
+    for row in rest:
+        run_row(row, data, args, device, peaks, records, started)
+
+
+def run_row(row: tuple, data: dict, args, device: torch.device, peaks: dict, records: Records, started: float) -> None:
+    """Time one speed row (unless --rows leaves it out), building its preset's steps on first use."""
+    preset, name, make, parts = row
+    if args.rows and name not in args.rows.split(","):
+        return
+    record = {"record": "speed", "preset": preset, "row": name, "parts": dataclasses.asdict(parts)}
+    if time.perf_counter() - started > args.budget:
+        records.add(record | {"skipped": "budget"})
+        return
+    if preset not in data:
+        step_tokens = 2000 if args.quick else STEP_TOKENS
+        cfg = paper_config(preset, args.quick)
+        pairs = wmt_like_pairs(4000 if args.quick else 60000, cfg.model.tgt_vocab_size, seed=0)
+        micro = step_tokens if device.type == "cpu" else micro_tokens_that_fit(cfg, pairs, step_tokens, device)
+        accumulate = step_tokens // micro
+        data[preset] = (cfg, micro, accumulate, make_steps(pairs, micro, accumulate, args.steps))
+    cfg, micro, accumulate, steps = data[preset]
+    try:
+        result = time_row(make, cfg, parts, steps[parts.shapes], device, peaks)
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        result = {"skipped": "out of memory"}
+    records.add(record | {"micro_tokens": micro, "accumulate": accumulate} | result)
+    print(table_line(records.kept[-1]), flush=True)
 
 
 def run_profiles(data: dict, device: torch.device, records: Records, started: float, budget: float) -> None:
-    for preset, (cfg, pairs, micro, accumulate) in data.items():
+    """FAST's profile on each preset, over the first 3 of its steps."""
+    for preset, (cfg, _, _, steps) in data.items():
         if time.perf_counter() - started > budget:
             records.add({"record": "profile", "preset": preset, "skipped": "budget"})
             continue
-        steps = make_steps(pairs, micro, accumulate, 3, FAST.shapes)
-        result = profile_row(cfg, FAST, steps, device)
+        result = profile_row(cfg, FAST, steps[FAST.shapes][:3], device)
         records.add({"record": "profile", "preset": preset, "config": "fast"} | result)
         print(result["table"], flush=True)
 

@@ -150,8 +150,8 @@ def test_gpu_speed_fixed_shapes_pad_the_same_micro_batches(gpu_speed) -> None:
     the length-bucketed micro-batch at the same place (the rest padding), and as many sentences
     as micro_tokens // length; so rows of either shapes train on the same target tokens."""
     pairs = gpu_speed.wmt_like_pairs(3000, 500, seed=0)
-    buckets = gpu_speed.make_steps(pairs, 2000, 2, 4, "buckets")
-    fixed = gpu_speed.make_steps(pairs, 2000, 2, 4, "fixed")
+    steps = gpu_speed.make_steps(pairs, 2000, 2, 4)
+    buckets, fixed = steps["buckets"], steps["fixed"]
     lengths = set()
     for flexible, padded in zip(sum(buckets, []), sum(fixed, [])):
         length = padded.src.size(1)
