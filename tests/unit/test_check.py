@@ -15,8 +15,8 @@ import torch
 
 from check_cases.cases import HERE
 from transformer_mt.check.attention import PAPER, Form, multi_head
-from transformer_mt.check.building import Options, Sizes, arguments
-from transformer_mt.check.masks import kit_masks, may_attend
+from transformer_mt.learner.building import Options, Sizes, arguments
+from transformer_mt.learner.masks import kit_masks, may_attend
 from transformer_mt.check.positions import sinusoid_slips
 from transformer_mt.check.report import CHECKS, run_checks
 from transformer_mt.check.subject import open_subject

@@ -35,6 +35,7 @@ ROOT = "transformer_mt"
 LAYERS = (
     ("common", ROOT),  # leaves: typed configs (common.config imports nothing of the package), errors, files, ...
     ("model",),  # the paper, one component per class
+    ("learner",),  # the learner's own model: their file loaded and built, driven like ours (check, train, runs)
     ("decoding",),  # greedy, beam, trace, sampling over a model
     ("data",),  # sources, corpora, tokenizers, prepared data, batches
     ("runs",),  # a run directory and its weight files; int8 weights

@@ -3,11 +3,8 @@ paper, beside the doctor (diagnosis/), which reads runs. The learner's file runs
 process; each check is one function with a stable id, judged on what their model does, not on
 where a step is written, with reference values from the paper's formulas and model/.
 
-    check/loading.py     their file imported (no bytecode, a time limit), NAME found; one-line errors
-    check/building.py    NAME called with the arguments its signature takes, at the checks' sizes
-    check/masks.py       their mask functions, or the kit's masks in the convention's form
-    check/subject.py     the model as the checks see it: the two conventions, the batch, one pass
-    check/recording.py   module calls recorded; attention, feed-forward and norms found by behaviour
+    learner/             (below) their file imported, NAME built, the conventions, the masks, recording
+    check/subject.py     the model as the checks see it: built at the checks' sizes, the batch, one pass
     check/behaviour.py   mask, causal, padding, source_used, output, dropout, gradients
     check/attention.py   attention (equation 1), heads, projections
     check/positions.py   positional_encoding, embedding_scale, embedding_init

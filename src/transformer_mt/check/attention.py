@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import nn
 
-from transformer_mt.check.masks import may_attend
-from transformer_mt.check.recording import Call, linears
+from transformer_mt.learner.masks import may_attend
+from transformer_mt.learner.recording import Call, linears
 from transformer_mt.check.result import NotChecked, Outcome, close, difference, failed, passed
 from transformer_mt.check.subject import Subject
 from transformer_mt.model.attention import merge_heads, split_heads

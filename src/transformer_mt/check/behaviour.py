@@ -10,9 +10,9 @@ from typing import Callable
 
 import torch
 
-from transformer_mt.check.building import PAD
-from transformer_mt.check.masks import ENCODINGS, MaskPair, kit_masks, may_attend, squeezed
-from transformer_mt.check.recording import attention_calls, attention_role, first_difference, record
+from transformer_mt.learner.building import PAD
+from transformer_mt.learner.masks import ENCODINGS, MaskPair, kit_masks, may_attend, squeezed
+from transformer_mt.learner.recording import attention_calls, attention_role, first_difference, record
 from transformer_mt.check.result import NotChecked, Outcome, difference, differs, failed, passed
 from transformer_mt.check.subject import (
     BATCH, SRC_LENGTHS, SRC_LEN, TGT_LEN, TGT_LENGTHS, Subject, changed_everywhere, padded,
@@ -248,6 +248,8 @@ def dropout(subject: Subject) -> Outcome:
                       f"dropout still drops{where}",
                       "use nn.Dropout modules (model.eval() turns them off), or "
                       "F.dropout(x, p, training=self.training)")
+    if subject.sizes.dropout == 0:
+        raise NotChecked("eval mode is deterministic; training mode is not checked: the model is built with dropout 0")
     subject.model.train()
     try:
         torch.manual_seed(1)

@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
     pipe = os.fdopen(fd, "w", buffering=1)
     sys.stdout = sys.stderr  # their prints go to the log, not the pipe
     # imported here: the parent imports this module for check_in_child alone, and needs no torch
-    from transformer_mt.check.loading import load_file
+    from transformer_mt.learner.loading import load_file
     from transformer_mt.check.report import run_checks
     from transformer_mt.check.subject import subject_of
 

@@ -10,7 +10,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from transformer_mt.check.building import Sizes
+from transformer_mt.learner.building import Sizes
 from transformer_mt.check.result import NotChecked, Outcome, failed, passed
 from transformer_mt.check.subject import Subject
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_mt.check.recording import Network, calls_of, feed_forward_modules, norm_modules
+from transformer_mt.learner.recording import Network, calls_of, feed_forward_modules, norm_modules
 from transformer_mt.check.result import NotChecked, Outcome, close, difference, failed, passed
 from transformer_mt.check.subject import SRC_LEN, TGT_LEN, Subject
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from transformer_mt.check.recording import Call, is_attention_call, record
+from transformer_mt.learner.recording import Call, is_attention_call, record
 from transformer_mt.check.result import EMBEDDING_TO_POSITION, NotChecked, Outcome, close, failed, passed
 from transformer_mt.check.subject import SRC_LEN, TGT_LEN, Subject, changed_everywhere
 from transformer_mt.model.embeddings import sinusoidal_encoding

@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from transformer_mt.check import attention, behaviour, copy_task, layers, positions, structure
-from transformer_mt.check.loading import described, line_in
-from transformer_mt.check.masks import kit_source
+from transformer_mt.learner.loading import described, line_in
+from transformer_mt.learner.masks import kit_source
 from transformer_mt.check.result import FAIL, NOT_CHECKED, PASS, NotChecked, Outcome, Result, failed
 from transformer_mt.check.subject import BATCH, SRC_LEN, TGT_LEN, Subject
 

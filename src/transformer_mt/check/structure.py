@@ -15,7 +15,7 @@ from torch import nn
 
 from transformer_mt.check.layers import feed_forwards, inner_size
 from transformer_mt.check.positions import XAVIER_LOOP, SIDES, embedding_step, learned
-from transformer_mt.check.recording import Call, attention_role, record
+from transformer_mt.learner.recording import Call, attention_role, record
 from transformer_mt.check.result import COPIES, Outcome, differs, failed, passed
 from transformer_mt.check.subject import SRC_LEN, TGT_LEN, Subject, changed_everywhere
 from transformer_mt.model.measures import near_copies

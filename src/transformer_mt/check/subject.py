@@ -1,17 +1,9 @@
-"""The learner's model as the checks see it: a `Subject`. Two conventions need nothing of the
-learner:
-
-- the Annotated Transformer's (the study notes' seed 000): `encode(src, src_mask)`,
-  `decode(memory, src_mask, tgt, tgt_mask)` and a `generator` giving log-probabilities;
-- the assembled tutorial model's (seed 003's components put together as its tutorial does):
-  `forward(src, trg, src_mask, trg_mask)` giving logits.
-
-Any other style goes through an adapter that the learner writes in a few lines: a function
-returning an object with `encode`, `decode` and `generator` (docs/check.md says how)."""
+"""The learner's model as the checks see it: a `Subject`, built by the learner's own builder in
+one of the two conventions (learner/conventions.py), with its masks and the batch the checks
+feed it."""
 
 from __future__ import annotations
 
-import inspect
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,54 +12,15 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from transformer_mt.check.building import PAD, Sizes, build
-from transformer_mt.check.loading import find_builder, load_file
-from transformer_mt.check.masks import MaskSource, mask_source
-from transformer_mt.check.recording import Call, attention_calls, record
-from transformer_mt.common.errors import UserError
+from transformer_mt.learner.building import PAD, Sizes, build
+from transformer_mt.learner.conventions import Convention, convention_of
+from transformer_mt.learner.loading import find_builder, load_file
+from transformer_mt.learner.masks import MaskSource, mask_source
+from transformer_mt.learner.model import runs_once
+from transformer_mt.learner.recording import Call, attention_calls, record
 
 BATCH, SRC_LEN, TGT_LEN = 3, 7, 6  # unequal lengths: a source axis and a target axis never look alike
 SRC_LENGTHS, TGT_LENGTHS = (7, 5, 4), (6, 4, 6)  # the real tokens of each sentence where padding is checked
-
-Forward = Callable[[nn.Module, torch.Tensor, torch.Tensor, Any, Any], torch.Tensor]
-
-
-def annotated_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any,
-                      tgt_mask: Any) -> torch.Tensor:
-    memory = model.encode(src, src_mask)  # (B, S, d_model)
-    return model.generator(model.decode(memory, src_mask, tgt, tgt_mask))  # (B, T, tgt_vocab)
-
-
-def tutorial_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any,
-                     tgt_mask: Any) -> torch.Tensor:
-    return model(src, tgt, src_mask, tgt_mask)  # (B, T, tgt_vocab)
-
-
-@dataclass(frozen=True)
-class Convention:
-    """name; describe: for the report; output: what the last step gives ("log-probabilities"
-    or "logits"); run: one teacher-forced pass to that output."""
-
-    name: str
-    describe: str
-    output: str
-    run: Forward
-
-
-ANNOTATED = Convention("annotated", "the Annotated Transformer's: encode(src, src_mask), decode(memory, src_mask, "
-                       "tgt, tgt_mask), generator giving log-probabilities", "log-probabilities", annotated_forward)
-TUTORIAL = Convention("tutorial", "the assembled tutorial model's: forward(src, trg, src_mask, trg_mask) giving "
-                      "logits", "logits", tutorial_forward)
-
-
-def convention_of(model: nn.Module, path: Path) -> Convention:
-    if all(callable(getattr(model, name, None)) for name in ("encode", "decode", "generator")):
-        return ANNOTATED
-    if len(inspect.signature(model.forward).parameters) >= 4:
-        return TUTORIAL
-    raise UserError(f"{path}: the model has neither encode, decode and generator (the Annotated Transformer's "
-                    "convention) nor forward(src, trg, src_mask, trg_mask) (the tutorial's): write an adapter of a "
-                    "few lines (docs/check.md#your-code-in-another-shape)")
 
 
 def tokens(vocab: int, length: int, seed: int) -> torch.Tensor:
@@ -148,4 +101,6 @@ def subject_of(module: types.ModuleType, path: Path, name: str | None = None, si
     name, builder = find_builder(module, path, name)
     model, sizes, call, notes = build(name, builder, sizes, path)
     masks = mask_source(module, sizes)
-    return Subject(path, name, module, builder, model, convention_of(model, path), sizes, call, masks, notes)
+    subject = Subject(path, name, module, builder, model, convention_of(model, path), sizes, call, masks, notes)
+    runs_once(subject.forward, model, sizes, path)  # a model that raises whenever it runs: one line, no checks
+    return subject

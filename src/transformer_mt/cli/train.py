@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                     "runs/NAME for the config NAME)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_option_flag(train, "train.init_from", "--init-from", default="the config's")
+    add_option_flag(train, "model.file", "--model", default="the config's")
+    train.add_argument("--no-check", action="store_true", help="with --model: train without checking the model "
+                       "first (train.check_model: false)")
     train.set_defaults(func=run_train, overrides=[])
     prepare = subparsers.add_parser(
         "prepare", help="train the vocabulary and encode the training data once (train does it on first use)",
@@ -92,6 +95,8 @@ def run_train(args: argparse.Namespace) -> int:
         log.info("run directory: %s (--run to choose another)", args.run)
 
     overrides = split_overrides(args.overrides) + ([f"--train.init_from={args.init_from}"] if args.init_from else [])
+    overrides += ([f"--model.file={args.file}"] if args.file else []) + (
+        ["--train.check_model=false"] if args.no_check else [])
     if args.init_from and not args.config:
         raise UserError("--init-from starts a new run: give a config too (e.g. the config.yaml of the run it starts from)")
     saved = RunDir(Path(args.run)).config

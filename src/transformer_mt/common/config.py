@@ -151,9 +151,17 @@ class ModelConfig:
     embedding_init: str = option("xavier", "The token embedding's initial values where model.init is xavier: "
                                            "xavier (std sqrt(2 / (V + d_model))) or normal (N(0, d_model^-0.5), "
                                            "as tensor2tensor and fairseq).", shape=False)
+    file: str = option("", "FILE[:NAME]: train your own Transformer instead of this package's (train --model): "
+                           "NAME (default make_model, else get_model, else a class Transformer) is called as "
+                           "`transformer-mt check` calls it, at this section's n_layers, d_model, d_ff, n_heads and "
+                           "dropout and the tokenizer's vocabulary sizes; the run keeps a copy of FILE (docs/yours.md). "
+                           "The other keys of this section then describe nothing: your code decides. \"\" = ours.")
 
     def validate(self) -> None:
         _require(self.arch in ARCHS, "model.arch", f"must be one of {', '.join(ARCHS)}")
+        _require(not self.file or self.arch == "encoder_decoder", "model.file",
+                 "trains a translator of yours (model.arch: encoder_decoder); a decoder_only model is this "
+                 "package's", also=("model.arch",))
         _require(self.n_layers >= 1, "model.n_layers", "must be at least 1")
         _require(self.decoder_layers >= 0, "model.decoder_layers", "must be >= 0 (0 = model.n_layers)")
         _require(self.decoder_layers == 0 or self.arch == "encoder_decoder", "model.decoder_layers",
@@ -319,6 +327,11 @@ class TrainConfig:
     init_from: str = option("", "A run whose weights and vocabulary this run starts from (fine-tuning; the model "
                                 "sections must match); \"\" = from scratch.")
     init_checkpoint: str = option("best", "Which weights of train.init_from: best, last or average.")
+    check_model: bool = option(True, "With model.file: run `transformer-mt check --quick` on your model as built "
+                                     "before the first step; a model that sees the future, lets padding change "
+                                     "real positions, ignores the source, leaves a parameter without gradient or "
+                                     "gives no distribution over the target vocabulary stops the run; other "
+                                     "findings are printed (train --no-check: false).")
 
     def validate(self) -> None:
         _require(self.schedule in SCHEDULES, "train.schedule", f"must be one of {', '.join(SCHEDULES)}")

@@ -195,7 +195,7 @@ def beam_search(
                 source.select(expand)
                 logits = logits.index_select(0, expand)
         else:
-            step_input = search.tokens[:, -1:] if use_cache else search.tokens
+            step_input = source.newest(search.tokens)
             logits = _next_logits(source, step_input)
         step = search.step(logits, length, eos_id, alpha, ban_eos=length <= min_len, banned=banned)
         if source.cache is not None and beam > 1:

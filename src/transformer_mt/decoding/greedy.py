@@ -43,7 +43,7 @@ def greedy_decode(
     scores = torch.zeros(batch, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     for step in range(int(limits.max())):
-        step_input = ys[:, -1:] if use_cache else ys
+        step_input = source.newest(ys)
         states = source.decode(step_input)
         log_probs = model.generator(states[:, -1])
         if banned:

@@ -28,6 +28,11 @@ class EncodedSource:
     step: DecoderStep | None = None
     needs_mask: bool = True
 
+    def newest(self, tokens: torch.Tensor) -> torch.Tensor:
+        """What the next step feeds of the prefix `tokens` (B, T): with a cache its newest
+        position, else all of it."""
+        return tokens[:, -1:] if self.cache is not None else tokens
+
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Decoder states (B, T, d_model) of `tokens` (B, T): with a cache only the newest
         position(s), whose keys and values are appended to it."""
@@ -47,13 +52,14 @@ class EncodedSource:
 def encode_source(
     model: EncoderDecoder, src: torch.Tensor, pad_id: int, use_cache: bool = True, step: bool = True
 ) -> EncodedSource:
-    """Encode sources (B, S) padded with `pad_id`, with an empty cache when `use_cache`; each
+    """Encode sources (B, S) padded with `pad_id`, with an empty cache when `use_cache` and the
+    model has one (a learner's model, learner/model.py, has none: every step decodes the prefix); each
     cached step runs on `DecoderStep` where it computes what the modules would (`step` False:
     always the modules). An nn.Module hook registered after this call is not seen by the
     step (attention hooks are): register it first."""
     src_mask = padding_mask(src, pad_id)
     memory = model.encode(src, src_mask)
-    if not use_cache:
+    if not use_cache or not model.supports_cache:  # a learner's model keeps none
         return EncodedSource(model, memory, src_mask, None)
     decoder_step = DecoderStep.of(model.decoder) if step else None
     # Without padding, no mask is the same arithmetic on the CPU as one allowing every key (its

@@ -18,7 +18,7 @@ import torch
 
 from transformer_mt.decoding.beam import BeamState, BeamStep, gnmt_penalty
 from transformer_mt.decoding.source import EncodedSource, encode_source
-from transformer_mt.model.recording import AttentionRecorder, record_attention
+from transformer_mt.model.recording import AttentionRecorder
 from transformer_mt.model.transformer import EncoderDecoder
 
 KEPT, FINISHED, PRUNED = "kept", "finished", "pruned"
@@ -65,7 +65,11 @@ def _next_token(source: EncodedSource, tokens: torch.Tensor,
     cross-attention (L, H, S) of row 0's query, read from the recorded weights."""
     model = source.model
     logits = model.generator.logits(source.decode(tokens)[:, -1]).float()
-    cross = torch.stack([recorded.weights(layer.src_attn)[0, :, -1].float().cpu() for layer in model.decoder.layers])
+    try:
+        cross = torch.stack([recorded.weights(module)[0, :, -1].float().cpu()
+                             for module in model.attention_layers()["cross"]])
+    except (KeyError, RuntimeError):  # a learner's attention that gives no weights (on SDPA): none shown
+        cross = torch.zeros(0, 0, 0)
     return logits, cross
 
 
@@ -108,7 +112,7 @@ def trace_beam_search(
     prefix = prefix or []
     source = encode_source(model, src, pad_id)
     tokens, steps, logprob = torch.tensor([[bos_id]], device=src.device), [], 0.0
-    with record_attention(*(layer.src_attn for layer in model.decoder.layers)) as recorded:
+    with model.recorded_attention(model.attention_layers()["cross"]) as recorded:
         logits, cross = _next_token(source, tokens, recorded)
         for forced in prefix:  # one hypothesis: the forced tokens, then the search
             top_ids, top_probs, log_probs = _top(logits[0], top_k, banned)
@@ -117,7 +121,7 @@ def trace_beam_search(
             steps.append(Step(True, top_ids, top_probs, forced, float(log_probs[forced].exp()), 0, cross,
                               [Candidate(emitted, logprob, KEPT, 0)]))
             tokens = torch.cat([tokens, tokens.new_tensor([[forced]])], dim=1)
-            logits, cross = _next_token(source, tokens[:, -1:], recorded)
+            logits, cross = _next_token(source, source.newest(tokens), recorded)
         limit = max(max_len, len(prefix)) + 1  # + eos
         search = BeamState(1, beam, torch.tensor([limit], device=src.device), bos_id, pad_id, src.device)
         search.tokens, search.scores[0, 0] = tokens.repeat(beam, 1), logprob
@@ -133,7 +137,8 @@ def trace_beam_search(
             steps.append(Step(False, top_ids, top_probs, chosen, prob, parent, cross, candidates))
             if bool(search.done(length, length_penalty)[0]):
                 break
-            source.cache.reorder(step.rows)
-            logits, cross = _next_token(source, search.tokens[:, -1:], recorded)
+            if source.cache is not None:
+                source.cache.reorder(step.rows)
+            logits, cross = _next_token(source, source.newest(search.tokens), recorded)
     best = search.finished_tokens[0, 0]
     return Trace(steps, best[best.ne(pad_id)].tolist(), float(search.finished_scores[0, 0]))

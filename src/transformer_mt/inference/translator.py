@@ -133,7 +133,7 @@ class Translator:
         self.defaults = defaults
         self.device = device
         self.int8 = is_int8(model)  # int8 Linear layers take float32 activations: no bf16 autocast
-        self.max_source = model.positional.max_positions - 1  # room for eos
+        self.max_source = model.max_positions - 1  # room for eos
         self.engine = engine  # CTranslate2 where the run can have it (from_run); None: torch only
         self.no_engine_because = no_engine_because  # why there is no CTranslate2 engine, for decode.engine
         self._fallbacks_said: set[str] = set()
@@ -175,7 +175,7 @@ class Translator:
         if self.int8 and "precision" in changes:
             changes["precision"] = int8_precision(changes["precision"])
         settings = decode_settings(self.defaults, beam, nbest, **changes)
-        vocabulary = self.model.tgt_embed.lut.num_embeddings
+        vocabulary = self.model.tgt_vocab_size
         if settings.beam > vocabulary:
             raise UserError(f"beam {settings.beam} is wider than the target vocabulary ({vocabulary} subwords): "
                             f"a beam cannot hold more hypotheses than there are tokens to choose from; "

@@ -61,7 +61,7 @@ from transformer_mt.common.files import atomic_write_text
 from transformer_mt.interop.folders import check_out_dir, write_folder
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.runs.directory import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model, require_ours
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
 # model.activation (where a run has one; the paper's ReLU otherwise) -> CTranslate2's Activation name
@@ -83,8 +83,9 @@ def export_ctranslate2(
         raise UserError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     if checkpoint not in CHECKPOINT_CHOICES:
         raise UserError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {checkpoint!r}")
-    import_ctranslate2()
     run, out = RunDir(Path(run_dir)), Path(out_dir)
+    require_ours(run, "the CTranslate2 export")
+    import_ctranslate2()
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
     write_model_folder(run, cfg, tokenizer, model, out.resolve(), quantization, {"checkpoint": checkpoint})

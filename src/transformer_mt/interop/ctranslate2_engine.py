@@ -38,7 +38,7 @@ from transformer_mt.decoding.beam import gnmt_penalty
 from transformer_mt.common.errors import UserError
 from transformer_mt.interop.ctranslate2 import METADATA, check_exportable, import_ctranslate2, write_model_folder
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.runs.directory import RunDir
+from transformer_mt.runs.directory import RunDir, require_ours
 
 log = logging.getLogger("transformer_mt")
 
@@ -48,6 +48,10 @@ def load_engine(run: RunDir, checkpoint: str, cfg: Config, model: EncoderDecoder
     """The engine of a run's model, or None and why it cannot have one: weights other than
     float32, CTranslate2 not installed, a model CTranslate2 cannot hold. Which engine searches
     a given call is decided by `Translator.engine_for`."""
+    try:
+        require_ours(run, "CTranslate2")
+    except UserError as err:
+        return None, str(err)
     if dtype != "float32":
         return None, f"the weights are {dtype} (CTranslate2 gives torch's outputs from float32 weights only)"
     try:

@@ -64,7 +64,7 @@ from transformer_mt.interop.hf_card import model_card
 from transformer_mt.interop.marian import ATTENTION, NORMS
 from transformer_mt.interop.positions import interleaved_to_halves, to_halves
 from transformer_mt.model.transformer import EncoderDecoder
-from transformer_mt.runs.directory import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model, require_ours
 
 METADATA = "transformer_mt.json"  # where the export came from; read back by `import marian`
 CONFIG_COPY = "transformer_mt_config.yaml"
@@ -84,6 +84,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, checkpoint: str = "best"
     for code in languages or ():
         check_language(code)
     run, out = RunDir(Path(run_dir)), Path(out_dir)
+    require_ours(run, "the Hugging Face export")
     check_out_dir(out, run.root, force)
     cfg, tokenizer, model = load_run_model(run, checkpoint, arch="encoder_decoder")
     require_joint(tokenizer, "the Hugging Face export (one vocab.json and one embedding)")

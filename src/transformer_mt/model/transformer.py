@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ContextManager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -13,6 +15,7 @@ from transformer_mt.model.decoder import Decoder
 from transformer_mt.model.embeddings import Embeddings, LearnedPositionalEmbedding, PositionalEncoding
 from transformer_mt.model.encoder import Encoder
 from transformer_mt.model.layers import PositionwiseFeedForward
+from transformer_mt.model.recording import AttentionRecorder, record_attention
 
 
 # A generator bias this low marks an output the model never gives probability to: exp of it
@@ -47,6 +50,8 @@ class Generator(nn.Module):
 class EncoderDecoder(nn.Module):
     """A standard encoder-decoder: encode the source once, decode the target against it."""
 
+    supports_cache = True  # decoding keeps its keys and values (a learner's model: False)
+
     def __init__(
         self,
         encoder: Encoder,
@@ -63,6 +68,26 @@ class EncoderDecoder(nn.Module):
         self.tgt_embed = tgt_embed
         self.generator = generator
         self.positional = positional
+
+    @property
+    def max_positions(self) -> int:
+        """The longest sequence the positional table takes, eos or bos included."""
+        return self.positional.max_positions
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt_embed.lut.num_embeddings
+
+    def attention_layers(self) -> dict[str, list[nn.Module]]:
+        """The attention modules of each kind, one a layer: "encoder" and "decoder"
+        self-attention, "cross" (the decoder's attention over the encoder output)."""
+        return {"encoder": [layer.self_attn for layer in self.encoder.layers],
+                "decoder": [layer.self_attn for layer in self.decoder.layers],
+                "cross": [layer.src_attn for layer in self.decoder.layers]}
+
+    def recorded_attention(self, modules: list[nn.Module]) -> ContextManager[AttentionRecorder]:
+        """Record the weights of `modules` while the block runs (model/recording.py)."""
+        return record_attention(*modules)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
         """src (B, S) token ids, src_mask (B, 1, 1, S) -> memory (B, S, d_model)."""

@@ -14,6 +14,8 @@ ARCHITECTURE.md). Training writes a run, translation, the server and the plots r
     runs/NAME/tensorboard/           event files
     runs/NAME/data/                  the corpus of a built-in task (numbers, copy)
     runs/NAME/prepared/              the training data encoded once, memory-mapped (data/prepare.py)
+    runs/NAME/model.py, model.json   a run of the learner's own model (model.file): a copy of their
+                                     file, and where it came from, its sha256 and its mask encoding
 
 Every write goes through `files.atomic_open` / `atomic_path`: a process killed mid-save
 leaves the old files intact. Loading uses `torch.load(weights_only=True)` and
@@ -21,6 +23,7 @@ safetensors, so opening a checkpoint never executes code."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -38,6 +41,8 @@ from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.data.tokenizers.registry import find_tokenizer, load_tokenizer, tokenizer_files
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_open, atomic_path, atomic_write_text
+from transformer_mt.learner.loading import load_file
+from transformer_mt.learner.model import LearnerSource, build_learner, sizes_for
 from transformer_mt.model.language_model import build_any_model
 from transformer_mt.runs.tensor_checks import refuse_non_finite_load, refuse_non_finite_save, unreadable_reason
 
@@ -102,6 +107,16 @@ class RunDir:
     @property
     def prepared(self) -> Path:
         return self.root / "prepared"
+
+    @property
+    def learner_file(self) -> Path:
+        """The copy of the learner's model file that a run of their model keeps."""
+        return self.root / "model.py"
+
+    @property
+    def learner_record(self) -> Path:
+        """Where that copy came from, its sha256, builder name and mask encoding (JSON)."""
+        return self.root / "model.json"
 
     def require(self) -> "RunDir":
         """Check the files every consumer of a trained run needs."""
@@ -317,9 +332,65 @@ def load_run_model(run: RunDir, checkpoint: str = "best",
     if len(tokenizer) != cfg.model.tgt_vocab_size:
         raise UserError(f"{run.tokenizer_file}: has {len(tokenizer)} subwords but {run.config} says "
                         f"model.tgt_vocab_size={cfg.model.tgt_vocab_size}")
-    model = build_any_model(cfg.model)
+    model = build_run_model(run, cfg)
     load_run_weights(model, run, checkpoint)
     return cfg, tokenizer, model
+
+
+# ---- the learner's own model ----------------------------------------------------------
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def keep_learner_file(run: RunDir, source: LearnerSource, original: Path) -> None:
+    """Copy the learner's file into the run with its record, atomically: the run then loads
+    with the original moved, edited or deleted. `original`: the file they named."""
+    data = source.path.read_bytes()
+    with atomic_path(run.learner_file) as tmp:
+        tmp.write_bytes(data)
+    record = {"file": str(original.resolve()), "name": source.name, "sha256": sha256_of(data),
+              "encoding": source.encoding}
+    atomic_write_text(run.learner_record, json.dumps(record, indent=2) + "\n")
+
+
+_EDITED_SAID: set[Path] = set()
+
+
+def learner_source(run: RunDir) -> LearnerSource:
+    """The run's copy of the learner's file as a LearnerSource; a copy edited since training
+    is said in one line (once a process) and loaded as it is."""
+    try:
+        record = json.loads(run.learner_record.read_text(encoding="utf-8"))
+        expected, original, name, encoding = record["sha256"], Path(record["file"]), record["name"], record["encoding"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"{run.learner_record}: missing or not the record `train --model` writes; the run cannot "
+                        "tell which model it trained") from None
+    if not run.learner_file.is_file():
+        raise UserError(f"{run.learner_file}: missing; the run keeps a copy of the model file it was trained with "
+                        f"({original}, sha256 {expected[:12]}): put that file back as {run.learner_file}")
+    if sha256_of(run.learner_file.read_bytes()) != expected and run.learner_file not in _EDITED_SAID:
+        _EDITED_SAID.add(run.learner_file)
+        log.warning("%s: edited since the run was trained (its sha256 is no longer %s): loading it as it is now",
+                    run.learner_file, expected[:12])
+    return LearnerSource(run.learner_file, name, encoding, original.parent)
+
+
+def require_ours(run: RunDir, what: str) -> None:
+    """One line where `what` maps this package's model and the run trained the learner's."""
+    cfg = run.require().read_config()
+    if cfg.model.file:
+        raise UserError(f"{run.root}: trained your own model ({cfg.model.file}); {what} maps the layers of this "
+                        "package's model, and cannot know those of your code: translate, evaluate and serve the run "
+                        "with torch")
+
+
+def build_run_model(run: RunDir, cfg: Config, seed: int = 0) -> torch.nn.Module:
+    """The model of a run's config, its weights as built: ours (model.arch), or the learner's
+    from the run's copy of their file (model.file)."""
+    if not cfg.model.file:
+        return build_any_model(cfg.model)
+    source = learner_source(run)
+    return build_learner(load_file(source.path, beside=source.beside), source, sizes_for(cfg.model), seed)
 
 
 def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -365,7 +436,7 @@ def average_checkpoints(run: RunDir, last: int) -> list[Path]:
         key = "train.average_last" if snapshots else "train.keep_last"
         log.warning("averaging the %d checkpoints the run keeps, not the last %d asked for: raise %s "
                     "before training to keep more", len(found), last, key)
-    average_weight_files(build_any_model(run.read_config().model), found, run.average, run.config)
+    average_weight_files(build_run_model(run, run.read_config()), found, run.average, run.config)
     return found
 
 

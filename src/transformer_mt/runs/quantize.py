@@ -39,6 +39,7 @@ from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
 from transformer_mt.common.errors import UserError
+from transformer_mt.model.transformer import EncoderDecoder
 
 DTYPES = ("float32", "bfloat16", "int8")
 
@@ -99,7 +100,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     in_proj (see the module docstring); returns `model`."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    for layer in model.decoder.layers:
+    for layer in model.decoder.layers if isinstance(model, EncoderDecoder) else ():  # a learner's: as it is
         layer.src_attn.split_in_proj()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the deprecation notices of torch.ao.quantization

@@ -27,6 +27,7 @@ from transformer_mt.common.errors import UserError
 from transformer_mt.runs.directory import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
 from transformer_mt.training.language_model import LanguageModelTask
+from transformer_mt.training.learner import first_loss_finite, learner_model, open_learner_file
 from transformer_mt.training.plan import RESUMABLE, BudgetTooShort, make_plan
 from transformer_mt.training.trainer import RunContext, Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
@@ -152,17 +153,20 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
     trainer: Trainer | None = None
     try:
         with removed_on_failure(run, active=new_run and ctx.is_main):
+            learner = open_learner_file(cfg, run) if cfg.model.file else None  # before the data: fails fast
             task = make_task(cfg, run, ctx, progress)
             cfg = task.cfg
             if ctx.is_main and not new_run and cfg != run.read_config():
                 run.write_config(cfg)  # a resume's new plan, for the resumes after it
             seed_everything(cfg.train.seed)
-            model = task.build_model()
+            model = learner_model(learner, cfg, run, ctx.is_main) if learner else task.build_model()
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
             plan = make_plan(cfg.train, cfg.model.d_model, announce=ctx.is_main)
             context = RunContext(cfg, run, task, model, device, ctx.rank, ctx.world_size)
             trainer = Trainer(context, plan, progress, clock)
+            if learner and new_run:
+                first_loss_finite(trainer.first_loss(), learner.original)
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)

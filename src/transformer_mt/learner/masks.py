@@ -1,5 +1,5 @@
-"""Where the masks of the checks come from: the file's own mask functions where it defines
-them (so that they are checked too), else the kit's, in the convention's form.
+"""Where the masks of a learner's model come from: the file's own mask functions where it
+defines them (so that `check` checks them too), else the kit's, in the convention's form.
 
 A mask has one of three encodings, all of which the paper allows: "attend" (bool, True = may
 attend, the Annotated Transformer's and this package's), "blocked" (bool, True = hidden) and
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from transformer_mt.check.building import PAD, Sizes, options, size_of
+from transformer_mt.learner.building import PAD, Sizes, options, size_of
 from transformer_mt.model.masks import subsequent_mask
 
 ENCODINGS = ("attend", "blocked", "additive")
@@ -60,7 +60,7 @@ def kit_masks(src: torch.Tensor, tgt: torch.Tensor, encoding: str = "attend") ->
     """The masks in the convention's form: source (B, 1, S), target (B, T, T), padding and
     look-ahead hidden."""
     src_attend = (src != PAD).unsqueeze(-2)  # (B, 1, S)
-    tgt_attend = (tgt != PAD).unsqueeze(-2) & subsequent_mask(tgt.size(1))[0]  # (B, T, T)
+    tgt_attend = (tgt != PAD).unsqueeze(-2) & subsequent_mask(tgt.size(1), tgt.device)[0]  # (B, T, T)
     return encode(src_attend, encoding), encode(tgt_attend, encoding)
 
 

@@ -1,7 +1,8 @@
 """Calling the learner's make_model (or get_model, or class Transformer) with the keyword
-arguments its signature accepts, at sizes where the bugs `check` looks for show: at least two
-layers and two heads, d_ff unlike d_model, unequal vocabularies (retried equal when their code
-needs them equal), so that a swapped axis or vocabulary changes a shape or a number."""
+arguments its signature accepts. `check` builds at sizes where the bugs it looks for show (at
+least two layers and two heads, d_ff unlike d_model, unequal vocabularies, retried equal when
+their code needs them equal), so that a swapped axis or vocabulary changes a shape or a
+number; `train --model` at a preset's sizes and its tokenizer's vocabularies."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from transformer_mt.check.loading import described, where
+from transformer_mt.learner.loading import described, where
 from transformer_mt.common.errors import UserError
 
 PAD = 0  # the padding id of every sequence the checks build
@@ -38,8 +39,8 @@ NAMES = {
             "tgt_pad_idx", "pad_token_id"),
 }
 OPTIONS = ("opt", "args", "config", "cfg", "params", "hparams", "options", "hp", "conf")
-ONLY_IF_REQUIRED = {"max_len": MAX_LEN, "max_seq_len": MAX_LEN, "max_length": MAX_LEN, "max_strlen": MAX_LEN,
-                    "max_positions": MAX_LEN, "max_seq_length": MAX_LEN, "device": "cpu"}
+LENGTH_NAMES = ("max_len", "max_seq_len", "max_length", "max_strlen", "max_positions", "max_seq_length")
+ONLY_IF_REQUIRED = (*LENGTH_NAMES, "device")  # given only where the builder has no default
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,14 @@ class Sizes:
     d_ff: int = 72
     h: int = 4
     dropout: float = 0.1
+    max_len: int = MAX_LEN  # the longest sequence, for a builder that requires it
 
     def value(self, size: str) -> Any:
         return PAD if size == "pad" else self.src_vocab if size == "vocab" else getattr(self, size)
+
+    def required(self, name: str) -> Any:
+        """What a required parameter of ONLY_IF_REQUIRED gets: the longest sequence, or "cpu"."""
+        return self.max_len if name in LENGTH_NAMES else "cpu"
 
 
 class Options(types.SimpleNamespace):
@@ -69,7 +75,8 @@ class Options(types.SimpleNamespace):
 
 def options(sizes: Sizes) -> Options:
     found = {name: sizes.value(size) for size, names in NAMES.items() for name in names}
-    found.update({"N": sizes.N, **ONLY_IF_REQUIRED, "load_weights": None, "checkpoint": 0})
+    found.update({"N": sizes.N, **{name: sizes.required(name) for name in ONLY_IF_REQUIRED}, "load_weights": None,
+                  "checkpoint": 0})
     return Options(**found)
 
 
@@ -95,7 +102,7 @@ def arguments(builder: Callable[..., Any], sizes: Sizes, path: Path) -> dict[str
         elif name.lower() in OPTIONS:
             found[name] = options(sizes)
         elif required and name.lower() in ONLY_IF_REQUIRED:
-            found[name] = ONLY_IF_REQUIRED[name.lower()]
+            found[name] = sizes.required(name.lower())
         elif required:
             raise UserError(f"{path}: {builder.__name__} needs `{name}`, which the check cannot give (it gives the "
                             "vocabulary sizes, N, d_model, d_ff, h and dropout, or an `opt` with them): give it a "

@@ -67,11 +67,11 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def importing_beside(folder: Path) -> Iterator[None]:
+def importing_beside(*folders: Path) -> Iterator[None]:
     """Their folder first on sys.path (their own imports find their other files, as `python
     FILE` would), and no bytecode written for anything imported meanwhile."""
     saved_path, saved_flag = list(sys.path), sys.dont_write_bytecode
-    sys.path.insert(0, str(folder))
+    sys.path[:0] = [str(folder) for folder in folders]
     sys.dont_write_bytecode = True
     try:
         yield
@@ -80,9 +80,10 @@ def importing_beside(folder: Path) -> Iterator[None]:
         sys.dont_write_bytecode = saved_flag
 
 
-def load_file(path: Path, seconds: float = 20.0) -> types.ModuleType:
+def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> types.ModuleType:
     """Run the file as a module named `learner_<stem>_<n>` (so `if __name__ == "__main__":`
-    blocks stay out) and return it. `compile` reads the source itself: nothing is cached."""
+    blocks stay out) and return it. `compile` reads the source itself: nothing is cached.
+    `beside`: a second folder its imports may come from (a run's copy: the original's)."""
     if not path.is_file():
         raise UserError(f"{path}: no such file" if not path.exists() else f"{path} is a folder, not a Python file")
     try:
@@ -96,7 +97,7 @@ def load_file(path: Path, seconds: float = 20.0) -> types.ModuleType:
     module.__file__ = str(path)
     sys.modules[module.__name__] = module  # dataclasses and pickling look their module up there
     try:
-        with importing_beside(path.parent), time_limit(seconds):
+        with importing_beside(path.parent, *([beside] if beside else [])), time_limit(seconds):
             exec(code, module.__dict__)
     except ImportTimeout:
         raise UserError(f"{path}: still running after {seconds:.0f} s of importing it: training, downloads or "

@@ -1,0 +1,258 @@
+"""`LearnerModel`: the learner's own nn.Module behind the interface the toolkit's training,
+decoding and web page drive (model/transformer.py's EncoderDecoder): `encode(src, src_mask)`,
+`decode(memory, src_mask, tgt)`, `forward(src, tgt, src_mask)` and a `generator`.
+
+Their code stays as written. In the Annotated Transformer's convention `encode` and `decode`
+are theirs and `generator.logits` is their generator's log-probabilities; in the tutorial's,
+`encode` keeps the source ids (their forward encodes them again) and `decode` is their
+forward, whose logits `generator.logits` passes on. Both feed the label-smoothed loss as they
+are: softmax(log p) = p, so the loss of log-probabilities is the loss of the logits they came
+from. Their masks come from their file's mask functions where it has them, else from the kit
+in the encoding their attention reads (learner/masks.py); our (B, 1, 1, S) source mask, which
+the decoders carry from step to step, is turned back into a source of their form.
+
+They write no cache: every decoding step runs their decoder over the whole prefix again, the
+memory repeated per beam (`supports_cache` False tells decoding/source.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from transformer_mt.common.config import ModelConfig
+from transformer_mt.common.errors import UserError
+from transformer_mt.learner.building import Sizes, build
+from transformer_mt.learner.conventions import ANNOTATED, Convention, convention_of
+from transformer_mt.learner.loading import described, find_builder, line_in
+from transformer_mt.learner.masks import MaskSource, kit_source, mask_source
+from transformer_mt.learner.recording import attention_calls, attention_role, record
+from transformer_mt.model.recording import AttentionRecorder
+
+KINDS = ("encoder", "decoder", "cross")  # the page's three kinds of attention
+ROLES = {"encoder self": "encoder", "decoder self": "decoder", "cross": "cross"}
+PROBE_SRC, PROBE_TGT = 7, 6  # unequal lengths: each attention module's kind shows in its shapes
+SOFTMAXES = (torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax)
+
+
+@dataclass(frozen=True)
+class LearnerSource:
+    """Where a learner's model comes from: `path` (their file, or a run's copy of it), the
+    builder's `name` (None: make_model, get_model or class Transformer) and, for a file
+    without mask functions, the mask `encoding` their attention reads (check's
+    model_encoding finds it before training; None: not known yet, "attend") and `beside`, the
+    folder of the original where a run's copy finds the other files it imports."""
+
+    path: Path
+    name: str | None = None
+    encoding: str | None = None
+    beside: Path | None = None  # the original's folder, where a run's copy finds the files it imports
+
+
+def sizes_for(cfg: ModelConfig) -> Sizes:
+    """A config's model section as the builder's sizes: N, d_model, d_ff, h, dropout, the
+    tokenizer's vocabularies and the positional table's length."""
+    return Sizes(src_vocab=cfg.src_vocab_size, tgt_vocab=cfg.tgt_vocab_size, N=cfg.n_layers, d_model=cfg.d_model,
+                 d_ff=cfg.d_ff, h=cfg.n_heads, dropout=cfg.dropout, max_len=cfg.max_positions)
+
+
+def parse_spec(spec: str) -> tuple[Path, str | None]:
+    """'FILE[:NAME]' -> (FILE, NAME or None), as `check FILE[:NAME]` reads it."""
+    path, _, name = spec.partition(":") if spec.count(":") == 1 and not spec.endswith(":") else (spec, "", "")
+    return Path(path), name or None
+
+
+class LearnerGenerator:
+    """What the decoders and the loss call `model.generator`: `logits(x)` scores for the loss
+    and the search (their log-probabilities or logits, as their model gives them) and
+    `generator(x)` log-probabilities. Not an nn.Module: their generator is already a
+    sub-module of their model, and registered twice it would be saved twice."""
+
+    def __init__(self, project: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+        self.project = project
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.project is None else self.project(x)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.logits(x).float(), dim=-1)
+
+    @staticmethod
+    def never_emitted() -> list[int]:
+        return []
+
+
+class LearnerModel(nn.Module):
+    """Their model (`learner`, the one sub-module: its state_dict is theirs, key for key, so
+    the run's weights load into their own code with `model.load_state_dict`)."""
+
+    supports_cache = False
+
+    def __init__(self, learner: nn.Module, convention: Convention, masks: MaskSource, sizes: Sizes,
+                 source: LearnerSource) -> None:
+        super().__init__()
+        self.learner = learner
+        self.convention, self.masks, self.sizes, self.source = convention, masks, sizes, source
+        self.generator = LearnerGenerator(learner.generator if convention is ANNOTATED else None)
+        self.max_positions = sizes.max_len
+        self.tgt_vocab_size = sizes.tgt_vocab
+        self._attention: dict[str, list[nn.Module]] | None = None
+
+    # ---- their weights as theirs ---------------------------------------------------------
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.learner.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self.learner.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    # ---- EncoderDecoder's interface --------------------------------------------------------
+    @staticmethod
+    def source_ids(src_mask: torch.Tensor) -> torch.Tensor:
+        """A source of their form from our mask (B, 1, 1, S): 1 at real tokens, PAD elsewhere.
+        Their mask functions read only which positions are padding."""
+        return src_mask.reshape(src_mask.size(0), -1).long()
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """src (B, S) -> their memory (B, S, d_model); the tutorial's: the ids themselves."""
+        if self.convention is not ANNOTATED:
+            return src
+        their_src_mask = self.masks.make(src, src[:, :1])[0]
+        return self.learner.encode(src, their_src_mask)
+
+    def decode(self, memory: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
+               tgt_mask: Any = None, cache: Any = None) -> torch.Tensor:
+        """tgt (B, T), the whole prefix -> their decoder output (B, T, d_model), or the
+        tutorial's logits (B, T, V)."""
+        if cache is not None:
+            raise ValueError("a learner's model keeps no cache: decode the whole prefix")
+        if self.convention is not ANNOTATED:
+            return self.learner(memory, tgt, *self.masks.make(memory, tgt))
+        their_src_mask, their_tgt_mask = self.masks.make(self.source_ids(src_mask), tgt)
+        return self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
+                tgt_mask: Any = None) -> torch.Tensor:
+        """Teacher forcing: states (B, T, d_model) or the tutorial's logits (B, T, V), for
+        `generator.logits`; our src_mask is not needed (their masks are made from src)."""
+        src_mask, tgt_mask = self.masks.make(src, tgt)
+        if self.convention is not ANNOTATED:
+            return self.learner(src, tgt, src_mask, tgt_mask)
+        return self.learner.decode(self.learner.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    # ---- their attention, found as `check` finds it ----------------------------------------
+    def attention_layers(self) -> dict[str, list[nn.Module]]:
+        """The modules of each kind (encoder self-attention, decoder self-attention, cross),
+        found by one probe pass: an attention is a module called with a query, a key and a
+        value of d_model features; its kind shows in the lengths of its query and its keys."""
+        if self._attention is None:
+            src, tgt = probe_batch(self.sizes)
+            device = next(self.learner.parameters()).device
+            training = self.learner.training
+            self.learner.eval()
+            try:
+                with torch.no_grad():
+                    calls = record(self.learner, lambda: self.forward(src.to(device), tgt.to(device)))
+            finally:
+                self.learner.train(training)
+            found: dict[str, list[nn.Module]] = {kind: [] for kind in KINDS}
+            for call in attention_calls(calls, self.sizes.d_model):
+                kind = ROLES.get(attention_role(call, PROBE_SRC, PROBE_TGT))
+                if kind and all(call.module is not module for modules in found.values() for module in modules):
+                    found[kind].append(call.module)
+            self._attention = found
+        return self._attention
+
+    @contextlib.contextmanager
+    def recorded_attention(self, modules: list[nn.Module]) -> Iterator[AttentionRecorder]:
+        """The weights (B, H, Tq, Tk) of each of `modules`' last call while the block runs: the
+        last softmax over keys their code takes inside it (torch.softmax, F.softmax or
+        Tensor.softmax of a (B, H, Tq, Tk) tensor). A module that takes none (one on
+        F.scaled_dot_product_attention) records nothing: `recorder.weights` then raises KeyError."""
+        recorder, inside = AttentionRecorder(), []
+
+        def enter(module: nn.Module, args: Any) -> None:
+            inside.append(module)
+
+        def leave(module: nn.Module, args: Any, output: Any) -> None:
+            inside.pop()
+
+        class Softmaxes(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: A002
+                out = func(*args, **(kwargs or {}))
+                if inside and func in SOFTMAXES and isinstance(out, torch.Tensor) and out.dim() == 4:
+                    recorder.record(inside[-1], out.detach(), out, out, None)
+                return out
+
+        handles = [h for module in modules for h in (module.register_forward_pre_hook(enter),
+                                                     module.register_forward_hook(leave))]
+        try:
+            with Softmaxes():
+                yield recorder
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def build_learner(module: types.ModuleType, source: LearnerSource, sizes: Sizes, seed: int) -> LearnerModel:
+    """Their builder called at `sizes` (its random draws from `seed`), in either convention,
+    with their masks or the kit's in `source.encoding`."""
+    name, builder = find_builder(module, source.path, source.name)
+    learner, sizes, _, _ = build(name, builder, sizes, source.path, seed)
+    masks = mask_source(module, sizes)
+    if not masks.functions and source.encoding not in (None, "attend"):
+        masks = kit_source(source.encoding)
+    return LearnerModel(learner.train(), convention_of(learner, source.path), masks, sizes, source)
+
+
+def probe_batch(sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sentence of 7 source and 6 target ids, all real: (1, 7), (1, 6)."""
+    src = torch.arange(PROBE_SRC).remainder(sizes.src_vocab - 1).add(1)[None]
+    return src, torch.arange(PROBE_TGT).remainder(sizes.tgt_vocab - 1).add(1)[None]
+
+
+def runs_once(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], model: nn.Module, sizes: Sizes,
+              path: Path) -> torch.Tensor:
+    """The output of one teacher-forced pass of `forward` on `probe_batch`, in eval mode:
+    a model that raises whenever it runs is one line (where, what, and for a device error
+    what to do), not a failure of every check nor a traceback at the first step."""
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return forward(*probe_batch(sizes))
+    except Exception as err:
+        raise UserError(raised_message(err, path)) from None
+    finally:
+        model.train(training)
+
+
+def output_fits(model: LearnerModel, path: Path) -> None:
+    """UserError unless the model gives a score for every target token at every position."""
+    out = runs_once(lambda src, tgt: model.generator.logits(model(src, tgt)), model, model.sizes, path)
+    vocab = model.sizes.tgt_vocab
+    if out.dim() != 3 or tuple(out.shape[:2]) != (1, PROBE_TGT) or out.size(-1) != vocab:
+        raise UserError(f"{path}: the model's output for 1 sentence of {PROBE_TGT} target tokens has shape "
+                        f"{tuple(out.shape)}, not (1, {PROBE_TGT}, {vocab}): training needs a score for each of the "
+                        f"{vocab} target tokens at every position (the last dimension is the target vocabulary)")
+
+
+DEVICE_WORDS = ("cuda", "device", "expected all tensors to be on the same")
+
+
+def raised_message(err: BaseException, path: Path) -> str:
+    """'FILE:LINE raised Error: message' and what to do: for a device error, that a model
+    written for one device should follow its input's."""
+    line = line_in(err, path)
+    where = f"{path}:{line}" if line else str(path)
+    text = f"{where}: the model raised {described(err)} when run on 1 sentence"
+    if any(word in str(err).lower() for word in DEVICE_WORDS):
+        return (f"{text}: a model written for one device should follow its input's (x.device, or a table kept with "
+                "register_buffer, which .to() moves), not call .cuda() or name a device")
+    return f"{text}: run your model on one sentence and fix that line"
+

@@ -1,0 +1,111 @@
+"""A learner's own Transformer trained here (`train PRESET --model FILE[:NAME]`, model.file).
+
+Their file is imported and their builder called by the loader `check` uses (learner/), at the
+preset's sizes and the run's vocabularies. Before the first step the quick check runs on their
+model as built: a failure that makes training meaningless stops the run in one line, the other
+findings are printed and training goes on (the notes' code as written is a lesson, not an
+error). The run keeps a copy of their file (runs/directory.py), so that it translates, serves
+and resumes with the original moved or deleted; everything else (data, schedule, label
+smoothing, precision, averaging, validation, resume, torchrun) is the toolkit's, unchanged."""
+
+from __future__ import annotations
+
+import logging
+import math
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from transformer_mt.check.report import prepare, run_checks
+from transformer_mt.check.result import FAIL
+from transformer_mt.check.subject import subject_of
+from transformer_mt.common.config import Config
+from transformer_mt.common.errors import UserError
+from transformer_mt.learner.building import Sizes
+from transformer_mt.learner.loading import load_file
+from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits, parse_spec, sizes_for
+from transformer_mt.runs.directory import RunDir, keep_learner_file, learner_source, sha256_of
+
+log = logging.getLogger("transformer_mt")
+
+# The checks whose failure makes training meaningless: the model would learn to copy the next
+# token, read padding, translate without the source, leave weights untrained, or give no
+# distribution over the target vocabulary to learn.
+FATAL = ("causal", "padding", "source_used", "gradients", "output")
+
+
+@dataclass
+class LearnerFile:
+    """Their file imported: the module, where it was read from (their file, or the copy of
+    the run it resumes or fine-tunes), the file they named, and whether it is a run's copy."""
+
+    module: types.ModuleType
+    source: LearnerSource
+    original: Path
+    from_run: bool
+
+
+def open_learner_file(cfg: Config, run: RunDir) -> LearnerFile:
+    """Import the model file of `cfg`: a run that has its copy (a resume) imports that copy,
+    a fine-tuned run (train.init_from) the copy of the run it starts from, a new run the file
+    it names. Done before the data is prepared: a file that does not import stops at once."""
+    path, name = parse_spec(cfg.model.file)
+    for kept in (run, RunDir(Path(cfg.train.init_from)) if cfg.train.init_from else None):
+        if kept is not None and kept.learner_record.is_file():
+            source = learner_source(kept)
+            if path.is_file() and sha256_of(path.read_bytes()) != sha256_of(source.path.read_bytes()):
+                log.warning("%s differs from %s, the copy %s was trained with: training goes on with that copy",
+                            path, source.path, kept.root)
+            return LearnerFile(load_file(source.path, beside=source.beside), source, path, True)
+    return LearnerFile(load_file(path), LearnerSource(path, name), path, False)
+
+
+def check_before_training(learner: LearnerFile, sizes: Sizes, checks: bool) -> str | None:
+    """The quick check on their model as built at the run's sizes (`checks` False: only the
+    mask encoding their attention reads). Returns that encoding for the kit's masks (None
+    where their file makes its own masks)."""
+    source = learner.source
+    subject = subject_of(learner.module, source.path, source.name, sizes)
+    if not checks:
+        prepare(subject)
+    else:
+        failed = [result for result in run_checks(subject, quick=True).results if result.status == FAIL]
+        fatal = [result for result in failed if result.id in FATAL]
+        if fatal:
+            first = fatal[0]
+            raise UserError(f"{learner.original}: fails check {first.id} ({first.section}): {first.message}; training "
+                            f"it would be meaningless: `transformer-mt check {learner.original}` gives the whole "
+                            "report (train --no-check trains it all the same)")
+        for result in failed:
+            log.warning("check %s failed (training goes on; `transformer-mt check %s` says how to fix it): %s",
+                        result.id, learner.original, result.message)
+        if not failed:
+            log.info("check --quick: %s passes every check of the paper that runs before training", learner.original)
+    return None if subject.masks.functions else subject.masks.encoding
+
+
+def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool) -> LearnerModel:
+    """Their model built at the run's sizes, its draws from train.seed (every process the
+    same); a new run is checked first and keeps a copy of their file."""
+    sizes = sizes_for(cfg.model)
+    source = learner.source
+    if not learner.from_run or not run.learner_record.is_file():
+        encoding = (check_before_training(learner, sizes, cfg.train.check_model) if not learner.from_run
+                    else source.encoding)
+        source = LearnerSource(source.path, source.name, encoding, source.beside)
+        if is_main:
+            keep_learner_file(run, source, learner.original if not learner.from_run else source.path)
+    model = build_learner(learner.module, source, sizes, cfg.train.seed)
+    output_fits(model, learner.original)
+    return model
+
+
+def first_loss_finite(loss: torch.Tensor, path: Path) -> None:
+    """UserError when the loss of the first batch, before any step, is NaN or infinite."""
+    value = float(loss)
+    if not math.isfinite(value):
+        raise UserError(f"{path}: the loss of the first training batch is {value} before any step: the model's "
+                        "output holds NaN or infinite values (a row of attention scores hidden entirely by -inf gives "
+                        "NaN: hide with a large negative number such as -1e9; a log of 0 gives -inf)")
