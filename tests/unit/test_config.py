@@ -236,7 +236,8 @@ def test_shape_keys_are_the_model_fields_but_the_dropouts_and_the_embedding_init
     keys = ModelConfig.shape_keys()
     assert not {"dropout", "attention_dropout", "activation_dropout", "embedding_init"} & set(keys)
     assert {"n_layers", "decoder_layers", "d_model", "d_ff", "n_heads", "max_positions", "norm_first", "tie_embeddings", "share_vocab",
-            "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout", "positional", "arch", "scale_embeddings", "layer_norm"} == set(keys)
+            "src_vocab_size", "tgt_vocab_size", "activation", "positional_layout", "positional", "arch", "scale_embeddings", "layer_norm",
+            "file"} == set(keys)
 
 
 def test_decoder_layers_is_refused_for_a_language_model() -> None:

@@ -154,7 +154,7 @@ class ModelConfig:
     file: str = option("", "FILE[:NAME]: train your own Transformer instead of this package's (train --model): "
                            "NAME (default make_model, else get_model, else a class Transformer) is called as "
                            "`transformer-mt check` calls it, at this section's n_layers, d_model, d_ff, n_heads and "
-                           "dropout and the tokenizer's vocabulary sizes; the run keeps a copy of FILE (docs/yours.md). "
+                           "dropout and the tokenizer's vocabulary sizes; the run keeps a copy of FILE (docs/your_model.md). "
                            "The other keys of this section then describe nothing: your code decides. \"\" = ours.")
 
     def validate(self) -> None:

@@ -59,7 +59,7 @@ def encode_source(
     step (attention hooks are): register it first."""
     src_mask = padding_mask(src, pad_id)
     memory = model.encode(src, src_mask)
-    if not use_cache or not model.supports_cache:  # a learner's model keeps none
+    if not use_cache or not getattr(model, "supports_cache", True):  # a learner's model keeps none
         return EncodedSource(model, memory, src_mask, None)
     decoder_step = DecoderStep.of(model.decoder) if step else None
     # Without padding, no mask is the same arithmetic on the CPU as one allowing every key (its

@@ -25,7 +25,7 @@ from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import read_json_file
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import EncoderDecoder, build_model
-from transformer_mt.runs.directory import RunDir, load_run_model, read_events
+from transformer_mt.runs.directory import RunDir, build_run_model, load_run_model, read_events
 from transformer_mt.inference.translator import Hypothesis, Translator
 
 BATCH = 32  # sentences per teacher-forced batch
@@ -67,7 +67,16 @@ class Case:
         whose weights grew as it diverged did not start with large embeddings."""
         if not self.trained or self.run is None or self.imported or self.cfg.train.init_from:
             return self.model
+        if self.cfg.model.file:  # the learner's builder, from the run's copy, seeded as training seeded it
+            return build_run_model(self.run, self.cfg, self.cfg.train.seed).eval()
         return initial_weights(self.cfg)
+
+    def need_ours(self, measure: str) -> None:
+        """NotChecked where the run trained the learner's own model, whose parts the doctor
+        does not know by name: `check` finds them by what they do."""
+        if self.cfg.model.file:
+            raise NotChecked(f"{measure} reads this package's embeddings; for your own model "
+                             f"({self.cfg.model.file}) `transformer-mt check` measures it (embedding_init)")
 
     @functools.cached_property
     def translator(self) -> Translator:
@@ -146,6 +155,9 @@ def config_case(target: str, overrides: Sequence[str]) -> Case:
     cfg = load_config(target, list(overrides))
     if cfg.model.arch != "encoder_decoder":
         raise UserError(f"{target}: model.arch is {cfg.model.arch}; the doctor reads translation models")
+    if cfg.model.file:
+        raise UserError(f"{target}: model.file names your own model, which the doctor reads once trained (doctor RUN); "
+                        f"before training, `transformer-mt check {cfg.model.file}` reads your code")
     size = cfg.data.vocab_size
     model_cfg = replace(cfg.model, src_vocab_size=cfg.model.src_vocab_size or size,
                         tgt_vocab_size=cfg.model.tgt_vocab_size or size)

@@ -124,7 +124,7 @@ def schedule(case: Case) -> Finding | None:
     """A post-norm model at a constant rate without warmup (from the config); a loss that
     diverged or stopped at the target unigram entropy (from the metrics)."""
     cfg = case.cfg
-    if not cfg.model.norm_first and cfg.train.schedule == "constant":
+    if not cfg.model.norm_first and cfg.train.schedule == "constant" and not cfg.model.file:
         return Finding("schedule", "post-norm, constant rate", "a warmup",
                        f"a post-norm model (model.norm_first false) at a constant rate of {cfg.train.lr:g} from the "
                        "first step: post-norm layers need the warmup of section 5.3, or diverge",

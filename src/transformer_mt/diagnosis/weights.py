@@ -29,6 +29,7 @@ def embedding_scale(case: Case) -> Finding | None:
     """The token embeddings as added over the positional encoding, both as RMS (section 3.4
     scales by sqrt(d_model) so that the two are of one size), as the model was initialised
     (Case.initial_model)."""
+    case.need_ours("embedding_scale")
     model = case.initial_model
     table = model.positional.table()[:256]
     sides = {"source": added(model.src_embed, table), "target": added(model.tgt_embed, table)}
@@ -50,7 +51,9 @@ def embedding_scale(case: Case) -> Finding | None:
 
 def weight_matrices(case: Case) -> dict[str, torch.Tensor]:
     """Every projection the layers draw: W^Q, W^K, W^V and W^O of each attention, W_1 and
-    W_2 of each feed-forward network, by name."""
+    W_2 of each feed-forward network, by name; of a learner's model, every matrix (tied ones once)."""
+    if case.cfg.model.file:
+        return {name: p for name, p in case.model.named_parameters() if p.dim() == 2}
     found = {}
     for name, module in case.model.named_modules():
         if isinstance(module, MultiHeadAttention):
@@ -77,13 +80,14 @@ def cloned_init(case: Case) -> Finding | None:
         f"{len(copied)} of {len(matrices)} weight matrices are near copies of another ({len(pairs)} pairs, "
         f"correlation up to {top:.3f}: {a} and {b}); deep copies of one module that nothing re-drew start as "
         "one function, and training must first pull them apart",
-        f"--model.init=xavier; your own code: `{CHECK}` (its cloned_init check) names the copies and how to re-draw "
-        "them")
+        ("" if case.cfg.model.file else "--model.init=xavier; ") + f"your own code: `{CHECK}` (its cloned_init check) "
+        "names the copies and how to re-draw them")
 
 
 def tied_scale(case: Case) -> Finding | None:
     """The spread of the logits a tied output layer starts from: sqrt(d_model) times the
     RMS of the embedding it shares, for final states of unit RMS (after the LayerNorm)."""
+    case.need_ours("tied_scale")
     model = case.initial_model
     if model.generator.proj.weight is not model.tgt_embed.lut.weight:
         return None

@@ -4,8 +4,8 @@ the model is forced to produce, and equation 1 spelt out for one query of one he
 The functions here take the model, its tokenizer and ids, never a Translator:
 `Translator.attention` and `Translator.explain` (inference/translator.py) turn text into those ids
 and call them. The weights
-come from `record_attention` (model/recording.py), which hooks the shared model for one
-pass: that pass must run alone on the model (the server holds its lock). `check_layer_head`
+come from the model's `recorded_attention` (model/recording.py for ours, learner/model.py for
+a learner's), which hooks the shared model for one pass: that pass must run alone on the model (the server holds its lock). `check_layer_head`
 and `equation_1` serve the language model's page as well (inference/language_model_inspection.py)."""
 
 from __future__ import annotations
@@ -22,10 +22,15 @@ from transformer_mt.common.device import autocast
 from transformer_mt.common.errors import UserError
 from transformer_mt.model.attention import MultiHeadAttention
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.model.recording import AttentionRecorder, record_attention
+from transformer_mt.model.recording import AttentionRecorder
 from transformer_mt.model.transformer import EncoderDecoder
 
 ATTENTION_KINDS = ("encoder", "decoder", "cross")
+
+
+class NoAttentionWeights(UserError):
+    """A learner's model whose attention gives no weights to read (one on
+    F.scaled_dot_product_attention, say): the page shows its translation without them."""
 
 
 @dataclass(frozen=True)
@@ -100,15 +105,18 @@ def forced_pass(model: EncoderDecoder, tokenizer: Tokenizer, src: torch.Tensor, 
     block the recorder still holds what it saw (weights and the q, k, mask of equation 1)."""
     device = src.device
     tgt_in = torch.tensor([[BOS_ID] + output[:-1]], device=device)  # (1, T)
-    with record_attention(model) as recorded:
+    layers = model.attention_layers()
+    with model.recorded_attention([module for kind in ATTENTION_KINDS for module in layers[kind]]) as recorded:
         with torch.inference_mode(), autocast(device, precision):
             model(src, tgt_in, padding_mask(src, PAD_ID))
-        encoder, decoder = model.encoder.layers, model.decoder.layers
+        try:
+            stacks = [recorded.stacked(layers[kind]) for kind in ATTENTION_KINDS]
+        except (KeyError, RuntimeError):  # a module that gave no weights, or a kind with no module
+            raise NoAttentionWeights("the model's attention modules give no weights to show (an attention on "
+                                     "F.scaled_dot_product_attention, say)") from None
         source_pieces = tokenizer.source_id_to_piece(src[0].tolist())  # the encoder's ids: the source vocabulary
         maps = AttentionMaps(source_pieces, tokenizer.id_to_piece(tgt_in[0].tolist()), tokenizer.id_to_piece(output),
-                             translation, recorded.stacked([layer.self_attn for layer in encoder]),
-                             recorded.stacked([layer.self_attn for layer in decoder]),
-                             recorded.stacked([layer.src_attn for layer in decoder]))
+                             translation, *stacks)
         yield maps, recorded
 
 
@@ -117,8 +125,10 @@ def explain_query(model: EncoderDecoder, maps: AttentionMaps, recorded: Attentio
     """Equation 1 for one query of one head of a `forced_pass` (its `maps` and `recorded`):
     the attention of `kind` (encoder, decoder or cross); layer, head, query count from 0."""
     maps.check_layer_head(layer, head, first=0, names=("layer", "head"), kind=kind)
-    stack = model.encoder.layers if kind == "encoder" else model.decoder.layers
-    module = stack[layer].src_attn if kind == "cross" else stack[layer].self_attn
+    module = model.attention_layers()[kind][layer]
+    if not isinstance(module, MultiHeadAttention):
+        raise UserError("equation 1 is spelt out for this package's attention, whose q and k it reads; your "
+                        "model's weights are shown as its softmax gave them")
     rows, columns, _, _ = maps.labels(kind)
     return equation_1(recorded, module, head, query, rows, columns)
 

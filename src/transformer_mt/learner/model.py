@@ -101,7 +101,7 @@ class LearnerModel(nn.Module):
         self.convention, self.masks, self.sizes, self.source = convention, masks, sizes, source
         self.generator = LearnerGenerator(learner.generator if convention is ANNOTATED else None)
         self.max_positions = sizes.max_len
-        self.tgt_vocab_size = sizes.tgt_vocab
+        self.tgt_vocab_size, self.n_heads, self.d_model = sizes.tgt_vocab, sizes.h, sizes.d_model
         self._attention: dict[str, list[nn.Module]] | None = None
 
     # ---- their weights as theirs ---------------------------------------------------------

@@ -78,6 +78,14 @@ class EncoderDecoder(nn.Module):
     def tgt_vocab_size(self) -> int:
         return self.tgt_embed.lut.num_embeddings
 
+    @property
+    def n_heads(self) -> int:
+        return self.encoder.layers[0].self_attn.n_heads
+
+    @property
+    def d_model(self) -> int:
+        return self.encoder.layers[0].self_attn.d_model
+
     def attention_layers(self) -> dict[str, list[nn.Module]]:
         """The attention modules of each kind, one a layer: "encoder" and "decoder"
         self-attention, "cross" (the decoder's attention over the encoder output)."""

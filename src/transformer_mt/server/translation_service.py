@@ -25,7 +25,7 @@ from transformer_mt.data.specials import SPECIAL_IDS
 from transformer_mt.decoding.trace import Trace
 from transformer_mt.diagnosis.case import open_case
 from transformer_mt.diagnosis.report import diagnose
-from transformer_mt.inference.translation_inspection import ATTENTION_KINDS, AttentionMaps
+from transformer_mt.inference.translation_inspection import ATTENTION_KINDS, AttentionMaps, NoAttentionWeights
 from transformer_mt.runs.directory import RunDir
 from transformer_mt.inference.translator import Hypothesis, Translator, check_line, has_text
 
@@ -82,15 +82,16 @@ class TranslationService:
     def info(self) -> dict[str, Any]:
         """What the page shows about the model: its sizes, device and the request limits."""
         model = self.translator.model
+        layers = model.attention_layers()
         return {
             "status": "ok",
             "kind": "translation",
             "run": self.name,
             "device": str(self.translator.device),
-            "n_layers": len(model.encoder.layers),
-            "n_decoder_layers": len(model.decoder.layers),
-            "n_heads": model.encoder.layers[0].self_attn.n_heads,
-            "d_model": model.encoder.layers[0].self_attn.d_model,
+            "n_layers": len(layers["encoder"]),
+            "n_decoder_layers": len(layers["decoder"]),
+            "n_heads": model.n_heads,
+            "d_model": model.d_model,
             "vocab_size": len(self.translator.tokenizer),
             "default_beam": min(self.translator.defaults.beam, self.limits.max_beam),
             "example": self.example,
@@ -144,7 +145,10 @@ class TranslationService:
     def _attention(self, sentence: str, best: Hypothesis, settings: DecodeConfig) -> AttentionMaps | None:
         if not best.ids:
             return None
-        return self.translator.attention(sentence, best, settings)
+        try:
+            return self.translator.attention(sentence, best, settings)
+        except NoAttentionWeights:  # a learner's model whose attention keeps no weights: the translation alone
+            return None
 
     def settings(self, beam: int | None, nbest: int) -> DecodeConfig:
         """The decoding settings of a request: the run's, with `beam` when given (else the

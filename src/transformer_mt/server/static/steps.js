@@ -31,9 +31,11 @@ async function decodeSteps(prefix, show) {
     renderPrefix(data.prefix);
     const slider = $("steps-slider");
     slider.max = String(Math.max(1, data.steps.length));
-    fillSelect($("steps-layer"), data.steps[0] ? data.steps[0].cross_attention.length : 0, "layer", true,
+    // a learner's model whose attention keeps no weights sends none: the strip stays empty
+    const cross = data.steps[0] && data.steps[0].cross_attention.length ? data.steps[0].cross_attention : [];
+    fillSelect($("steps-layer"), cross.length, "layer", true,
       { value: "mean", text: "all layers (mean)" });
-    fillSelect($("steps-head"), data.steps[0] ? data.steps[0].cross_attention[0].length : 0, "head", true,
+    fillSelect($("steps-head"), cross.length ? cross[0].length : 0, "head", true,
       { value: "mean", text: "all heads (mean)" });
     goToStep(show || 1);
   } catch (err) {
@@ -126,6 +128,10 @@ function force(prefix) {
 function renderCross(step) {
   const layerChoice = $("steps-layer").value;
   const headChoice = $("steps-head").value;
+  if (!step.cross_attention.length) {
+    $("steps-cross").replaceChildren();
+    return;
+  }
   const layers = layerChoice === "mean" ? step.cross_attention : [step.cross_attention[parseInt(layerChoice, 10)]];
   const rows = layers.flatMap((heads) => (headChoice === "mean" ? heads : [heads[parseInt(headChoice, 10)]]));
   const weights = steps.data.source_tokens.map((_, j) => rows.reduce((t, row) => t + row[j], 0) / rows.length);
