@@ -47,6 +47,15 @@ BAD_FILES = {  # file text, NAME -> what the one line must say
                       ["neither encode, decode and generator", "docs/check.md#your-code-in-another-shape"]),
     "too_long": ("while True:\n    pass\n", None, ["still running after", '`if __name__ == "__main__":`']),
 }
+# A model written for one GPU (its positional encoding calls .cuda()) raises whenever it runs on a machine
+# without CUDA: one finding at that line, not a failure of every check.
+ON_GPU = "self.pe[:, : x.size(1)].cuda()"
+CUDA_TEXT = (Path(__file__).resolve().parents[1] / "check_cases" / "annotated.py").read_text(encoding="utf-8").replace(
+    "self.pe[:, : x.size(1)]", ON_GPU)
+CUDA_LINE = next(number for number, line in enumerate(CUDA_TEXT.splitlines(), start=1) if ON_GPU in line)
+if not torch.cuda.is_available():
+    BAD_FILES["cuda"] = (CUDA_TEXT, None, [f"cuda.py:{CUDA_LINE}:", "raised AssertionError: Torch not compiled with CUDA",
+                                           "should follow its input's"])
 
 
 def test_the_check_ids_are_the_issues_in_order() -> None:

@@ -379,9 +379,9 @@ def require_ours(run: RunDir, what: str) -> None:
     """One line where `what` maps this package's model and the run trained the learner's."""
     cfg = run.require().read_config()
     if cfg.model.file:
-        raise UserError(f"{run.root}: trained your own model ({cfg.model.file}); {what} maps the layers of this "
-                        "package's model, and cannot know those of your code: translate, evaluate and serve the run "
-                        "with torch")
+        raise UserError(f"{run.root}: trained your own model ({cfg.model.file}); {what} reads the layers of this "
+                        "package's model by name and cannot know those of your code (translate, evaluate, serve and "
+                        "doctor read your run)")
 
 
 def build_run_model(run: RunDir, cfg: Config, seed: int = 0) -> torch.nn.Module:

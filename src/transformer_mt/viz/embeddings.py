@@ -13,7 +13,7 @@ import torch
 from matplotlib.figure import Figure
 
 from transformer_mt.data.specials import SPECIAL_IDS, UNK_ID
-from transformer_mt.runs.directory import RunDir, load_run_model
+from transformer_mt.runs.directory import RunDir, load_run_model, require_ours
 from transformer_mt.viz.figure import new_figure
 
 
@@ -40,6 +40,7 @@ def labelled_ids(vocab_size: int, count: int, seed: int = 0) -> list[int]:
 def embeddings_figure(run: str | Path, labels: int = 60, checkpoint: str = "best") -> Figure:
     """Every subword embedding of the run as a point on the first two principal
     components, `labels` of them with their piece."""
+    require_ours(RunDir(Path(run)), "the embeddings figure")
     _, tokenizer, model = load_run_model(RunDir(Path(run)), checkpoint, arch="encoder_decoder")
     weights = model.tgt_embed.lut.weight.detach().float()  # (V, d_model)
     points, explained = principal_components(weights)

@@ -20,8 +20,8 @@ from transformer_mt.data.specials import BOS_ID, PAD_ID
 from transformer_mt.common.evaluation import score
 from transformer_mt.inference.translation_inspection import ATTENTION_KINDS
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.model.recording import ablate_heads, record_attention
-from transformer_mt.runs.directory import RunDir
+from transformer_mt.model.recording import ablate_heads
+from transformer_mt.runs.directory import RunDir, require_ours
 from transformer_mt.inference.translator import Translator
 from transformer_mt.viz.figure import new_figure
 
@@ -44,10 +44,7 @@ def validation_pairs(run: str | Path, limit: int) -> tuple[list[str], list[str]]
 
 
 def _modules(translator: Translator, kind: str) -> list[torch.nn.Module]:
-    model = translator.model
-    if kind == "encoder":
-        return [layer.self_attn for layer in model.encoder.layers]
-    return [layer.self_attn if kind == "decoder" else layer.src_attn for layer in model.decoder.layers]
+    return translator.model.attention_layers()[kind]
 
 
 @torch.inference_mode()
@@ -58,7 +55,7 @@ def head_entropies(translator: Translator, sources: list[str], references: list[
     rows = {kind: 0 for kind in ATTENTION_KINDS}
     model, tokenizer = translator.model, translator.tokenizer
     longest = translator.max_source
-    with record_attention(model) as recorded:
+    with model.recorded_attention([m for kind in ATTENTION_KINDS for m in _modules(translator, kind)]) as recorded:
         for src_ids, tgt_ids in zip(tokenizer.encode(sources), tokenizer.encode_target(references)):
             src = torch.tensor([translator.encoder_input(src_ids)], device=translator.device)
             tgt_in = torch.tensor([[BOS_ID] + tgt_ids[:longest]], device=translator.device)
@@ -95,6 +92,8 @@ def head_stats(
 ) -> HeadStats:
     """Entropy (and, with `ablate`, BLEU changes, with `tokenize` or the run's data.bleu_tokenize)
     of every head of a run's best weights."""
+    if ablate:
+        require_ours(RunDir(Path(run)), "silencing one head (--ablate)")
     translator = Translator.from_run(run, device=device)
     sources, references = validation_pairs(run, sentences)
     entropy = head_entropies(translator, sources, references)

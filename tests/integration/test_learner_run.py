@@ -1,0 +1,197 @@
+"""A learner's own Transformer trained with `train --model FILE[:NAME]` (issue 93): both
+conventions the study notes use learn the copy task; their run translates (greedy and beam),
+scores, serves and is diagnosed with their file deleted; it resumes bit for bit; two
+processes train as one; bad input is one line, exit code 2, nothing written into a run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from transformer_mt.cli import main
+from transformer_mt.common.config import load_config
+from transformer_mt.diagnosis.case import open_case
+from transformer_mt.diagnosis.report import diagnose
+from transformer_mt.inference.translator import Translator
+from transformer_mt.learner.loading import load_file
+from transformer_mt.runs.directory import load_weights, read_events
+from transformer_mt.server import TranslationService, create_app
+from transformer_mt.training import fit
+
+from run_helpers import assert_same_state, fit_on_one_thread, max_difference, resume_from, torchrun
+
+CASES = Path(__file__).resolve().parents[1] / "check_cases"
+CONVENTIONS = ("annotated", "tutorial")
+LEARNS = ["--train.max_steps=350", "--train.valid_every=350", "--data.task_size=4000"]  # >= 0.93 exact, either
+FAST = ["--train.max_steps=20", "--train.valid_every=10", "--data.task_size=500", "--train.keep_last=20",
+        "--model.dropout=0.1"]
+
+
+def their_file(folder: Path, name: str, text: str | None = None) -> Path:
+    """A learner's file in a folder of its own: a check case, or `text`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    path.write_text(text if text is not None else (CASES / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def learner_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny preset (the copy task) trained on each convention's file, whose original is
+    then deleted: only the run's copy is left."""
+    runs = {}
+    for name in CONVENTIONS:
+        folder = tmp_path_factory.mktemp(name)
+        path = their_file(folder / "mine", name)
+        runs[name] = folder / "run"
+        builder = "make_model" if name == "annotated" else "get_model"
+        fit(load_config("tiny", [*LEARNS, f"--model.file={path}:{builder}"]), runs[name], progress=False)
+        path.unlink()
+    return runs
+
+
+def exact(translator: Translator, run: Path, beam: int) -> float:
+    src = (run / "data" / "test.src").read_text().splitlines()[:60]
+    ref = (run / "data" / "test.tgt").read_text().splitlines()[:60]
+    return sum(h == r for h, r in zip(translator.translate(src, beam=beam), ref)) / len(ref)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_both_conventions_learn_the_copy_task_and_translate_with_their_file_deleted(
+        learner_runs: dict[str, Path], convention: str) -> None:
+    run = learner_runs[convention]
+    validations = [event for event in read_events(run / "metrics.jsonl") if "exact_match" in event]
+    assert validations[-1]["exact_match"] >= 0.9
+    translator = Translator.from_run(run, device="cpu")
+    assert exact(translator, run, beam=1) >= 0.9 and exact(translator, run, beam=4) >= 0.9
+    assert translator.translate_nbest(["w1 w2 w3"], 3)[0][0][1] <= 0.0
+
+
+def test_the_weights_of_their_run_load_into_their_own_code(learner_runs: dict[str, Path]) -> None:
+    module = load_file(learner_runs["annotated"] / "model.py")
+    theirs = module.make_model(37, 37, N=2, d_model=64, d_ff=128, h=4, dropout=0.0)
+    load_weights(theirs, learner_runs["annotated"] / "best.safetensors")
+    record = json.loads((learner_runs["annotated"] / "model.json").read_text())
+    assert record["name"] == "make_model" and len(record["sha256"]) == 64
+
+
+def test_the_page_and_the_doctor_read_their_run(learner_runs: dict[str, Path]) -> None:
+    run = learner_runs["tutorial"]
+    client = TestClient(create_app(TranslationService(Translator.from_run(run, device="cpu"), "tutorial", run=run)))
+    answer = client.post("/api/translate", json={"sentences": ["w1 w2 w3"], "attention": True}).json()
+    assert answer["translations"] == ["w1 w2 w3"]
+    attention = answer["results"][0]["attention"]
+    cross = torch.tensor(attention["cross"])  # (L, H, T, S): the tutorial's own softmax over the source
+    assert cross.shape == (2, 4, 4, 4) and torch.allclose(cross.sum(-1), torch.ones(2, 4, 4), atol=1e-3)
+    steps = client.post("/api/steps", json={"text": "w1 w2 w3", "beam": 2}).json()
+    assert steps["translation"] == "w1 w2 w3" and len(steps["steps"][0]["cross_attention"]) == 2
+    health = client.get("/api/health").json()
+    assert (health["n_layers"], health["n_heads"], health["d_model"]) == (2, 4, 64)
+    report = diagnose(open_case(str(run))).to_dict()
+    assert report["findings"] == [] and "cloned_init" in report["checked"]
+    assert "embedding_scale" in report["not_checked"]  # their embeddings are theirs: check measures them
+
+
+def test_a_resumed_run_of_their_model_ends_bit_identical(tmp_path: Path) -> None:
+    path = their_file(tmp_path / "mine", "annotated")
+    straight = tmp_path / "straight"
+    fit(load_config("tiny", [*FAST, f"--model.file={path}"]), straight, progress=False)
+    path.unlink()  # the resume reads the run's copy
+    assert_same_state(resume_from(straight, 10, tmp_path / "resumed"))
+
+
+def test_two_processes_train_their_model_as_one_with_twice_the_accumulation(tmp_path: Path) -> None:
+    path = their_file(tmp_path / "mine", "tutorial")
+    args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
+            "--model.dropout=0.0", "--train.precision=fp32", f"--model.file={path}"]
+    result = torchrun("train", "tiny", "--run", str(tmp_path / "two"), "--no-progress", *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
+    one = fit_on_one_thread("tiny", [*args, "--train.accumulate=2"], tmp_path / "one")
+    assert max_difference(two, one.model.state_dict()) <= 1e-6
+    assert max_difference(two, torch.load(tmp_path / "one" / "checkpoints" / "step_6.pt",
+                                          weights_only=True)["model"]) <= 1e-6
+
+
+def patched(old: str, new: str, base: str = "annotated") -> str:
+    text = (CASES / f"{base}.py").read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+REFUSED = {  # file text, extra arguments -> what the one line says
+    "sees_the_future": (patched("ones(size, size, dtype=torch.bool).tril()", "ones(size, size, dtype=torch.bool)"),
+                        [], ["fails check causal", "transformer-mt check", "--no-check"]),
+    "does_not_import": ("import torch\ndef make_model(:\n", [], ["does_not_import.py:2:", "syntax error"]),
+    "fails_at_the_sizes": (patched("    attn = MultiHeadedAttention(h, d_model, dropout)",
+                                   "    assert d_model == 512, 'only the base model'\n"
+                                   "    attn = MultiHeadedAttention(h, d_model, dropout)"),
+                           [], ["fails_at_the_sizes.py:", "raised AssertionError: only the base model"]),
+    "wrong_output_width": (patched("Generator(d_model, tgt_vocab)", "Generator(d_model, d_model)"), ["--no-check"],
+                           ["shape (1, 6, 64), not (1, 6, 37)", "target vocabulary"]),
+    "nan_loss": (patched("return F.log_softmax(self.proj(x), dim=-1)",
+                         "return F.log_softmax(self.proj(x), dim=-1) * float('nan')"), ["--no-check"],
+                 ["the loss of the first training batch is nan before any step"]),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_bad_input_is_one_line_and_leaves_no_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 case: str) -> None:
+    text, extra, says = REFUSED[case]
+    path = their_file(tmp_path / "mine", case, text)
+    run = tmp_path / "run"
+    assert main(["-q", "train", "tiny", "--run", str(run), "--model", str(path), "--no-progress", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err, err
+    for part in says:
+        assert part in err, err
+    assert not run.exists()
+
+
+def test_a_run_refuses_another_model_and_a_missing_copy_in_one_line(learner_runs: dict[str, Path], tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(learner_runs["annotated"], run)
+    before = {path: path.stat().st_mtime_ns for path in run.rglob("*")}
+    other = their_file(tmp_path / "mine", "tutorial")
+    assert main(["-q", "train", "--run", str(run), "--model", str(other), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"model.file={other}" in err and "cannot apply" in err
+    assert {path: path.stat().st_mtime_ns for path in run.rglob("*")} == before
+
+    (run / "model.py").unlink()
+    assert main(["-q", "translate", str(run), "-i", str(run / "data" / "test.src"), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{run / 'model.py'}: missing" in err and "put that file back" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_edited_copy_is_said_in_one_line_and_loaded_as_it_is(learner_runs: dict[str, Path], tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(learner_runs["tutorial"], run)
+    with open(run / "model.py", "a", encoding="utf-8") as handle:
+        handle.write("# a comment added after training\n")
+    translator = Translator.from_run(run, device="cpu")
+    said = [record.getMessage() for record in caplog.records if "edited since" in record.getMessage()]
+    assert len(said) == 1 and str(run / "model.py") in said[0]
+    assert translator.translate(["w1 w2 w3"]) == ["w1 w2 w3"]
+
+
+def test_exports_and_the_ctranslate2_engine_refuse_their_run_in_one_line(learner_runs: dict[str, Path],
+                                                                        tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    run = str(learner_runs["tutorial"])
+    for command in (["export", "ctranslate2", run, "--out", str(tmp_path / "ct2")],
+                    ["export", "hf", run, "--out", str(tmp_path / "hf")],
+                    ["translate", run, "--engine", "ctranslate2", "-i", str(Path(run) / "data" / "test.src")]):
+        assert main(["-q", *command]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "trained your own model" in err, err
+    assert not (tmp_path / "ct2").exists() and not (tmp_path / "hf").exists()

@@ -1,0 +1,124 @@
+"""A learner's own model driven by the toolkit (learner/model.py), checked against what their
+own code computes: greedy decoding equals a loop written here from their encode, decode and
+generator (or their forward), beam 1 equals greedy, the label-smoothed loss equals section
+5.4's formula on their output (log-probabilities or logits), the attention the page shows
+equals what their modules computed, and their state_dict stays theirs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_mt.common.errors import UserError
+from transformer_mt.common.paper_equations import smoothed_distribution
+from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID
+from transformer_mt.decoding.beam import beam_search
+from transformer_mt.decoding.greedy import greedy_decode
+from transformer_mt.learner.building import Sizes
+from transformer_mt.learner.loading import load_file
+from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits
+from transformer_mt.model.masks import padding_mask
+from transformer_mt.training.loss import LabelSmoothingLoss
+
+CASES = Path(__file__).resolve().parents[1] / "check_cases"
+SIZES = Sizes(src_vocab=23, tgt_vocab=19, N=2, d_model=32, d_ff=48, h=4, dropout=0.0, max_len=64)
+LIMIT = 9
+
+
+def learner(name: str, seed: int = 3) -> LearnerModel:
+    path = CASES / f"{name}.py"
+    return build_learner(load_file(path), LearnerSource(path), SIZES, seed).eval()
+
+
+def sources() -> torch.Tensor:
+    """Three sources of unequal lengths, padded, eos-ended: (3, 7)."""
+    rows = [[5, 9, 4, 11, 7, 6, EOS_ID], [8, 12, 10, EOS_ID], [13, 4, 5, 9, EOS_ID]]
+    return torch.tensor([row + [PAD_ID] * (7 - len(row)) for row in rows])
+
+
+def next_log_probs(model: LearnerModel, src: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """Their own code, called as the notes' greedy_decode calls it: (1, V) log-probabilities."""
+    theirs, module = model.learner, model.source.path
+    namespace = load_file(module)
+    if model.convention.name == "annotated":
+        src_mask, tgt_mask = namespace.create_masks(src, ys, PAD_ID)
+        out = theirs.decode(theirs.encode(src, src_mask), src_mask, ys, tgt_mask)
+        return theirs.generator(out[:, -1])
+    src_mask, tgt_mask = namespace.create_masks(src, ys, type("opt", (), {"src_pad": PAD_ID, "trg_pad": PAD_ID}))
+    return torch.log_softmax(theirs(src, ys, src_mask, tgt_mask)[:, -1], dim=-1)
+
+
+def hand_greedy(model: LearnerModel, src: torch.Tensor) -> list[int]:
+    """One unpadded source (1, S) decoded greedily by a loop over their own code; pad and bos
+    are never chosen, as the toolkit's decoders ban them."""
+    ys, out = torch.tensor([[BOS_ID]]), []
+    for _ in range(LIMIT + 1):
+        log_probs = next_log_probs(model, src, ys)
+        log_probs[:, list(NEVER_EMITTED)] = float("-inf")
+        token = int(log_probs.argmax(-1))
+        out.append(token)
+        if token == EOS_ID:
+            break
+        ys = torch.cat([ys, torch.tensor([[token]])], dim=1)
+    return out
+
+
+@pytest.mark.parametrize("convention", ["annotated", "tutorial"])
+def test_greedy_equals_a_loop_over_their_own_code_and_beam_1_equals_greedy(convention: str) -> None:
+    model, src = learner(convention), sources()
+    with torch.inference_mode():
+        tokens, scores = greedy_decode(model, src, LIMIT, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
+        beam_tokens, beam_scores = beam_search(model, src, 1, LIMIT, BOS_ID, EOS_ID, PAD_ID, length_penalty=0.0,
+                                               banned=NEVER_EMITTED)
+        for row, source in zip(tokens.tolist(), src):
+            alone = source[source != PAD_ID][None]
+            assert [t for t in row if t != PAD_ID] == hand_greedy(model, alone)
+    assert torch.equal(beam_tokens[:, 0, : tokens.size(1)], tokens)
+    assert torch.allclose(beam_scores[:, 0], scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("convention", ["annotated", "tutorial"])
+def test_the_smoothed_loss_of_their_output_is_section_5_4s(convention: str) -> None:
+    model = learner(convention)
+    src, tgt = sources(), torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, PAD_ID, PAD_ID], [BOS_ID, 9, 10, 11]])
+    gold = torch.tensor([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID], [9, 10, 11, EOS_ID]])
+    with torch.no_grad():
+        scores = model.generator.logits(model(src, tgt, padding_mask(src, PAD_ID)))  # (B, T, V)
+        loss = LabelSmoothingLoss(SIZES.tgt_vocab, PAD_ID, 0.1)(scores, gold)
+    # their output normalised once more: log-probabilities stay as they are, logits become them
+    log_probs = torch.log_softmax(scores.double(), dim=-1)[gold != PAD_ID]  # (N, V)
+    target = smoothed_distribution(gold[gold != PAD_ID], SIZES.tgt_vocab, 0.1).double()  # (N, V)
+    assert float(loss) == pytest.approx(float(-(target * log_probs).sum()), rel=1e-5)
+
+
+def test_the_attention_the_page_shows_is_what_their_modules_computed() -> None:
+    model = learner("annotated")
+    layers = model.attention_layers()
+    assert [len(layers[kind]) for kind in ("encoder", "decoder", "cross")] == [2, 2, 2]
+    assert layers["cross"][0] is model.learner.decoder.layers[0].src_attn
+    src, tgt = sources()[:1], torch.tensor([[BOS_ID, 5, 6]])
+    modules = [module for kind in ("encoder", "decoder", "cross") for module in layers[kind]]
+    with torch.no_grad(), model.recorded_attention(modules) as recorded:
+        model(src, tgt)
+    for module in modules:  # the Annotated Transformer keeps its last weights in .attn
+        assert torch.equal(recorded.weights(module), module.attn)
+    assert recorded.weights(layers["cross"][1]).shape == (1, SIZES.h, 3, 7)
+
+
+def test_their_state_dict_stays_theirs_key_for_key() -> None:
+    model = learner("annotated")
+    assert list(model.state_dict()) == list(model.learner.state_dict())
+    other = learner("annotated", seed=4)
+    other.load_state_dict(model.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters()))
+
+
+def test_an_output_that_is_not_over_the_target_vocabulary_is_refused(tmp_path: Path) -> None:
+    text = (CASES / "annotated.py").read_text().replace("Generator(d_model, tgt_vocab)", "Generator(d_model, d_model)")
+    path = tmp_path / "wide.py"
+    path.write_text(text)
+    model = build_learner(load_file(path), LearnerSource(path), SIZES, 0)
+    with pytest.raises(UserError, match=r"wide.py: the model's output .* shape \(1, 6, 32\), not \(1, 6, 19\)"):
+        output_fits(model, path)
