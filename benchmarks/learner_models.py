@@ -123,6 +123,30 @@ def table(records: list[dict]) -> str:
     return "\n".join([head, *rows])
 
 
+def read_records(path: Path = RESULTS) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def page_table(records: list[dict]) -> str:
+    """The table of docs/your_model.md: each recipe and model, means over its seeds (the newest
+    record of each recipe, model and seed): the test score, steps, training and decoding speed."""
+    newest = {(r["recipe"], r["model"], r["seed"]): r for r in records}
+    head = ("| recipe | model | seeds | test score | steps | train tokens/s | decode sentences/s |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
+    for recipe in RECIPES:
+        for model in MODELS:
+            runs = [r for (rec, mod, _), r in sorted(newest.items()) if (rec, mod) == (recipe, model)]
+            if not runs:
+                continue
+            mean = lambda key: statistics.fmean(r[key] for r in runs)  # noqa: E731
+            found = (f"exact {100 * mean('test_exact_match'):.1f}%" if recipe == "demo"
+                     else f"BLEU {mean('test_bleu'):.2f}")
+            rows.append(f"| {recipe} | {model} | {len(runs)} | {found} | {mean('steps'):,.0f} | "
+                        f"{mean('train_tokens_per_s'):,.0f} | {mean('decode_sentences_per_s'):,.1f} |")
+    return "\n".join([head, *rows])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=RECIPES, default="demo")
@@ -131,7 +155,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/learner_models"), help="where the runs go")
     parser.add_argument("--results", type=Path, default=RESULTS, help="the JSONL file records are appended to")
     parser.add_argument("--json", action="store_true", help="a JSON summary as the last line")
+    parser.add_argument("--page", action="store_true", help="print the table of docs/your_model.md from --results "
+                                                             "and train nothing")
     args = parser.parse_args()
+    if args.page:
+        print(page_table(read_records(args.results)))
+        return 0
     models = args.models.split(",")
     if unknown := set(models) - set(MODELS):
         parser.error(f"unknown models: {', '.join(sorted(unknown))} (choose from {', '.join(MODELS)})")

@@ -29,7 +29,7 @@ CASES = Path(__file__).resolve().parents[1] / "check_cases"
 CONVENTIONS = ("annotated", "tutorial")
 LEARNS = ["--train.max_steps=350", "--train.valid_every=350", "--data.task_size=4000"]  # >= 0.93 exact, either
 FAST = ["--train.max_steps=20", "--train.valid_every=10", "--data.task_size=500", "--train.keep_last=20",
-        "--model.dropout=0.1"]
+        "--model.dropout=0.1", "--train.average_last=2"]
 
 
 def their_file(folder: Path, name: str, text: str | None = None) -> Path:
@@ -97,12 +97,26 @@ def test_the_page_and_the_doctor_read_their_run(learner_runs: dict[str, Path]) -
     assert "embedding_scale" in report["not_checked"]  # their embeddings are theirs: check measures them
 
 
-def test_a_resumed_run_of_their_model_ends_bit_identical(tmp_path: Path) -> None:
-    path = their_file(tmp_path / "mine", "annotated")
+def test_a_resumed_run_of_their_model_ends_bit_identical_with_their_files_deleted(tmp_path: Path) -> None:
+    """adapter.py imports tutorial.py beside it: the run keeps both."""
+    their_file(tmp_path / "mine", "tutorial")
+    path = their_file(tmp_path / "mine", "adapter")
     straight = tmp_path / "straight"
     fit(load_config("tiny", [*FAST, f"--model.file={path}"]), straight, progress=False)
-    path.unlink()  # the resume reads the run's copy
+    shutil.rmtree(path.parent)  # the resume reads the run's copies
+    assert (straight / "model_imports" / "tutorial.py").read_bytes() == (CASES / "tutorial.py").read_bytes()
     assert_same_state(resume_from(straight, 10, tmp_path / "resumed"))
+
+
+def test_a_run_fine_tuned_from_theirs_starts_from_its_weights_with_its_copy(learner_runs: dict[str, Path],
+                                                                            tmp_path: Path) -> None:
+    source = learner_runs["annotated"]
+    tuned = tmp_path / "tuned"
+    fit(load_config(source / "config.yaml", ["--train.max_steps=4", "--train.valid_every=4", "--train.log_every=1",
+                                              f"--train.init_from={source}"]), tuned, progress=False)
+    assert (tuned / "model.py").read_bytes() == (source / "model.py").read_bytes()
+    first = next(event for event in read_events(tuned / "metrics.jsonl") if event.get("event") == "train")
+    assert first["loss"] < 0.5  # the copy task already learnt (from scratch: ~3.6 nats)
 
 
 def test_two_processes_train_their_model_as_one_with_twice_the_accumulation(tmp_path: Path) -> None:

@@ -126,3 +126,13 @@ def test_the_time_to_quality_figures_are_the_committed_results_means() -> None:
     page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     section = page[page.index("## Time to quality"):page.index("### What was tried")]
     assert re.findall(r"\*\*(\d\d\.\d)\*\*", section) == [en_hour, en_half, de_hour, de_half]
+
+
+def test_the_learner_models_table_is_the_committed_results() -> None:
+    """docs/your_model.md and its Chinese page show the table benchmarks/learner_models.py --page
+    makes of its committed records, number for number."""
+    learner = load_benchmark("learner_models")
+    table = learner.page_table(learner.read_records())
+    assert table.count("\n") >= 3  # the demo rows at least
+    for page in ("docs/your_model.md", "docs/your_model.zh.md"):
+        assert table in (ROOT / page).read_text(encoding="utf-8"), page

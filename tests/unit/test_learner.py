@@ -2,7 +2,8 @@
 own code computes: greedy decoding equals a loop written here from their encode, decode and
 generator (or their forward), beam 1 equals greedy, the label-smoothed loss equals section
 5.4's formula on their output (log-probabilities or logits), the attention the page shows
-equals what their modules computed, and their state_dict stays theirs."""
+equals what their modules computed, their state_dict stays theirs, and a file without mask
+functions gets the kit's masks in the encoding its attention reads."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from transformer_mt.learner.building import Sizes
 from transformer_mt.learner.loading import load_file
 from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits
 from transformer_mt.model.masks import padding_mask
+from transformer_mt.training.learner import LearnerFile, check_before_training
 from transformer_mt.training.loss import LabelSmoothingLoss
 
 CASES = Path(__file__).resolve().parents[1] / "check_cases"
@@ -122,3 +124,40 @@ def test_an_output_that_is_not_over_the_target_vocabulary_is_refused(tmp_path: P
     model = build_learner(load_file(path), LearnerSource(path), SIZES, 0)
     with pytest.raises(UserError, match=r"wide.py: the model's output .* shape \(1, 6, 32\), not \(1, 6, 19\)"):
         output_fits(model, path)
+
+
+def test_without_mask_functions_their_model_gets_the_kit_masks_in_the_encoding_it_reads(tmp_path: Path) -> None:
+    text = (CASES / "annotated.py").read_text(encoding="utf-8")
+    for old, new in (("masked_fill(~mask.bool(), -1e9)", "masked_fill(mask.bool(), -1e9)"),  # True = hidden
+                     ("def create_masks(", "def _create_masks("), ("def subsequent_mask(", "def _subsequent_mask(")):
+        text = text.replace(old, new)
+    path = tmp_path / "hidden.py"
+    path.write_text(text, encoding="utf-8")
+    module = load_file(path)
+    encoding = check_before_training(LearnerFile(module, LearnerSource(path), path, False), SIZES, checks=True)
+    assert encoding == "blocked"
+    src, tgt = sources(), torch.tensor([[BOS_ID, 5, 6, 7, 8]] * 3)
+    later = tgt.clone()
+    later[:, 3:] = 9
+    for source, sees_the_future in ((LearnerSource(path, None, encoding), False), (LearnerSource(path), True)):
+        model = build_learner(module, source, SIZES, 0).eval()
+        with torch.no_grad():
+            first, second = model.generator.logits(model(src, tgt)), model.generator.logits(model(src, later))
+        assert torch.equal(first[:, :3], second[:, :3]) is not sees_the_future
+
+
+@pytest.mark.parametrize("generator, stops", [("self.proj(x)", False), ("F.softmax(self.proj(x), dim=-1)", True)])
+def test_logits_from_the_generator_train_but_probabilities_stop_the_run(tmp_path: Path, generator: str,
+                                                                       stops: bool) -> None:
+    """A generator without its log_softmax fails check's `output` yet trains the same here (the
+    loss and the decoders normalise); one giving probabilities would be trained through a second
+    softmax, and stops the run."""
+    text = (CASES / "annotated.py").read_text(encoding="utf-8")
+    path = tmp_path / "generator.py"
+    path.write_text(text.replace("return F.log_softmax(self.proj(x), dim=-1)", f"return {generator}"), encoding="utf-8")
+    learner_file = LearnerFile(load_file(path), LearnerSource(path), path, False)
+    if stops:
+        with pytest.raises(UserError, match="fails check output"):
+            check_before_training(learner_file, SIZES, checks=True)
+    else:
+        assert check_before_training(learner_file, SIZES, checks=True) is None  # their create_masks

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from transformer_mt.cli import path_arg
 
@@ -32,16 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.set_defaults(func=run_check)
 
 
-def split_target(target: str) -> tuple[Path, str | None]:
-    """FILE:NAME -> (FILE, NAME); FILE alone -> (FILE, None)."""
-    path, colon, name = target.rpartition(":")
-    if colon and path and name.isidentifier():
-        return Path(path), name
-    return Path(target), None
-
-
 def run_check(args: argparse.Namespace) -> int:
     from transformer_mt.check.child import check_in_child
+    from transformer_mt.learner.loading import split_target
 
     path, name = split_target(args.target)
     outcome = check_in_child(path, name, args.quick)

@@ -34,7 +34,10 @@ def greedy_decode(
     of earlier steps; without it every step re-runs the decoder on the whole prefix.
     `min_len` bans eos until that many tokens have been emitted, as in `beam_search`;
     `banned` tokens are never emitted (their log-probabilities, normalised over every
-    output, are set to -inf: Hugging Face's rule for pad)."""
+    output, are set to -inf: Hugging Face's rule for pad). Without a cache, finished
+    sentences leave the batch: each step re-decodes the prefixes of the others only (a
+    learner's model, learner/model.py, decodes so; one sentence that runs to its limit no
+    longer keeps the whole batch re-decoding)."""
     batch = src.size(0)
     limits = torch.as_tensor(max_len, device=src.device).expand(batch) + 1  # + eos
     source = encode_source(model, src, pad_id, use_cache)
@@ -42,19 +45,25 @@ def greedy_decode(
     ys = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
     scores = torch.zeros(batch, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    active = torch.arange(batch, device=src.device)  # the rows `source` holds, unfinished at the last step
     for step in range(int(limits.max())):
-        step_input = source.newest(ys)
+        step_input = source.newest(ys if active.numel() == batch else ys.index_select(0, active))
         states = source.decode(step_input)
-        log_probs = model.generator(states[:, -1])
+        log_probs = model.generator(states[:, -1])  # (A, V) for the A active rows
         if banned:
             log_probs.index_fill_(1, banned_ids, float("-inf"))
         if step < min_len:
             log_probs[:, eos_id] = float("-inf")
-        best, token = log_probs.max(dim=-1)
+        best, chosen = log_probs.max(dim=-1)
+        token = torch.full_like(finished, pad_id, dtype=torch.long).index_copy_(0, active, chosen)
         token = token.masked_fill(finished, pad_id)
-        scores += best.masked_fill(finished, 0.0)
+        scores.index_add_(0, active, best.masked_fill(finished.index_select(0, active), 0.0))
         ys = torch.cat([ys, token[:, None]], dim=1)
         finished |= (token == eos_id) | (step + 1 >= limits)
         if finished.all():
             break
+        if source.cache is None and bool(finished.index_select(0, active).any()):
+            keep = (~finished.index_select(0, active)).nonzero()[:, 0]
+            source.select(keep)
+            active = active.index_select(0, keep)
     return ys[:, 1:], scores

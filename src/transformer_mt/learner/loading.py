@@ -21,6 +21,7 @@ from transformer_mt.common.errors import UserError
 
 BUILDER_NAMES = ("make_model", "get_model", "Transformer")  # tried in this order when FILE has no :NAME
 _COUNTER = itertools.count()
+MODULE_PREFIX = "learner_"  # the names load_file gives the files it runs: learner_<stem>_<n>
 
 
 class ImportTimeout(BaseException):
@@ -93,7 +94,7 @@ def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> 
                         "line)") from None
     except ValueError as err:  # null bytes
         raise UserError(f"{path}: not Python source ({err})") from None
-    module = types.ModuleType(f"learner_{path.stem}_{next(_COUNTER)}")
+    module = types.ModuleType(f"{MODULE_PREFIX}{path.stem}_{next(_COUNTER)}")
     module.__file__ = str(path)
     sys.modules[module.__name__] = module  # dataclasses and pickling look their module up there
     try:
@@ -109,6 +110,29 @@ def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> 
         raise UserError(f"{where(err, path)}: importing the file raised {described(err)} (code that needs data or "
                         "other packages belongs under `if __name__ == \"__main__\":`)") from None
     return module
+
+
+def local_imports(folder: Path | None, path: Path) -> list[Path]:
+    """The Python files in `folder` that this process has imported, `path` left out: after
+    `load_file(path)`, the learner's own other files (a tutorial's Layers.py, Sublayers.py)."""
+    if folder is None:
+        return []
+    folder, found = folder.resolve(), set()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if (not name.startswith(MODULE_PREFIX) and isinstance(file, str) and file.endswith(".py")
+                and Path(file).resolve().parent == folder and Path(file).is_file()):
+            found.add(Path(file).resolve())
+    return sorted(found - {path.resolve()})
+
+
+def split_target(target: str) -> tuple[Path, str | None]:
+    """FILE:NAME -> (FILE, NAME); FILE alone -> (FILE, None): `check FILE[:NAME]` and
+    `train --model FILE[:NAME]` (model.file) alike."""
+    path, colon, name = target.rpartition(":")
+    if colon and path and name.isidentifier():
+        return Path(path), name
+    return Path(target), None
 
 
 def find_builder(module: types.ModuleType, path: Path, name: str | None) -> tuple[str, Callable[..., Any]]:

@@ -52,7 +52,7 @@ class LearnerSource:
     path: Path
     name: str | None = None
     encoding: str | None = None
-    beside: Path | None = None  # the original's folder, where a run's copy finds the files it imports
+    beside: Path | None = None  # where a run's copy finds the files it imports: their copies, or the original's folder
 
 
 def sizes_for(cfg: ModelConfig) -> Sizes:
@@ -60,12 +60,6 @@ def sizes_for(cfg: ModelConfig) -> Sizes:
     tokenizer's vocabularies and the positional table's length."""
     return Sizes(src_vocab=cfg.src_vocab_size, tgt_vocab=cfg.tgt_vocab_size, N=cfg.n_layers, d_model=cfg.d_model,
                  d_ff=cfg.d_ff, h=cfg.n_heads, dropout=cfg.dropout, max_len=cfg.max_positions)
-
-
-def parse_spec(spec: str) -> tuple[Path, str | None]:
-    """'FILE[:NAME]' -> (FILE, NAME or None), as `check FILE[:NAME]` reads it."""
-    path, _, name = spec.partition(":") if spec.count(":") == 1 and not spec.endswith(":") else (spec, "", "")
-    return Path(path), name or None
 
 
 class LearnerGenerator:
@@ -99,6 +93,7 @@ class LearnerModel(nn.Module):
         super().__init__()
         self.learner = learner
         self.convention, self.masks, self.sizes, self.source = convention, masks, sizes, source
+        self.annotated = convention is ANNOTATED  # a flag, not `is` later: copy.deepcopy copies the convention
         self.generator = LearnerGenerator(learner.generator if convention is ANNOTATED else None)
         self.max_positions = sizes.max_len
         self.tgt_vocab_size, self.n_heads, self.d_model = sizes.tgt_vocab, sizes.h, sizes.d_model
@@ -120,7 +115,7 @@ class LearnerModel(nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, S) -> their memory (B, S, d_model); the tutorial's: the ids themselves."""
-        if self.convention is not ANNOTATED:
+        if not self.annotated:
             return src
         their_src_mask = self.masks.make(src, src[:, :1])[0]
         return self.learner.encode(src, their_src_mask)
@@ -131,7 +126,7 @@ class LearnerModel(nn.Module):
         tutorial's logits (B, T, V)."""
         if cache is not None:
             raise ValueError("a learner's model keeps no cache: decode the whole prefix")
-        if self.convention is not ANNOTATED:
+        if not self.annotated:
             return self.learner(memory, tgt, *self.masks.make(memory, tgt))
         their_src_mask, their_tgt_mask = self.masks.make(self.source_ids(src_mask), tgt)
         return self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask)
@@ -141,7 +136,7 @@ class LearnerModel(nn.Module):
         """Teacher forcing: states (B, T, d_model) or the tutorial's logits (B, T, V), for
         `generator.logits`; our src_mask is not needed (their masks are made from src)."""
         src_mask, tgt_mask = self.masks.make(src, tgt)
-        if self.convention is not ANNOTATED:
+        if not self.annotated:
             return self.learner(src, tgt, src_mask, tgt_mask)
         return self.learner.decode(self.learner.encode(src, src_mask), src_mask, tgt, tgt_mask)
 
@@ -149,7 +144,8 @@ class LearnerModel(nn.Module):
     def attention_layers(self) -> dict[str, list[nn.Module]]:
         """The modules of each kind (encoder self-attention, decoder self-attention, cross),
         found by one probe pass: an attention is a module called with a query, a key and a
-        value of d_model features; its kind shows in the lengths of its query and its keys."""
+        value of d_model features; its kind shows in the lengths of its query and its keys. None
+        of any kind where the probe cannot run (the page then shows no attention)."""
         if self._attention is None:
             src, tgt = probe_batch(self.sizes)
             device = next(self.learner.parameters()).device
@@ -158,6 +154,8 @@ class LearnerModel(nn.Module):
             try:
                 with torch.no_grad():
                     calls = record(self.learner, lambda: self.forward(src.to(device), tgt.to(device)))
+            except Exception:  # noqa: BLE001 (their code: what it raises is theirs, the translation still works)
+                calls = []
             finally:
                 self.learner.train(training)
             found: dict[str, list[nn.Module]] = {kind: [] for kind in KINDS}

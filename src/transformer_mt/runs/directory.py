@@ -15,7 +15,8 @@ ARCHITECTURE.md). Training writes a run, translation, the server and the plots r
     runs/NAME/data/                  the corpus of a built-in task (numbers, copy)
     runs/NAME/prepared/              the training data encoded once, memory-mapped (data/prepare.py)
     runs/NAME/model.py, model.json   a run of the learner's own model (model.file): a copy of their
-                                     file, and where it came from, its sha256 and its mask encoding
+                                     file, and where it came from, its sha256 and its mask encoding;
+    runs/NAME/model_imports/         copies of the other files of theirs it imports
 
 Every write goes through `files.atomic_open` / `atomic_path`: a process killed mid-save
 leaves the old files intact. Loading uses `torch.load(weights_only=True)` and
@@ -112,6 +113,11 @@ class RunDir:
     def learner_file(self) -> Path:
         """The copy of the learner's model file that a run of their model keeps."""
         return self.root / "model.py"
+
+    @property
+    def learner_imports(self) -> Path:
+        """Copies of the other files of theirs that their file imports (model_imports/)."""
+        return self.root / "model_imports"
 
     @property
     def learner_record(self) -> Path:
@@ -342,14 +348,19 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def keep_learner_file(run: RunDir, source: LearnerSource, original: Path) -> None:
-    """Copy the learner's file into the run with its record, atomically: the run then loads
-    with the original moved, edited or deleted. `original`: the file they named."""
+def keep_learner_file(run: RunDir, source: LearnerSource, original: Path, imports: list[Path]) -> None:
+    """Copy the learner's file into the run with its record, atomically, and the files of theirs
+    it imports (`imports`) into model_imports/: the run then loads with the originals moved,
+    edited or deleted. `original`: the file they named."""
+    for path in imports:
+        run.learner_imports.mkdir(parents=True, exist_ok=True)
+        with atomic_path(run.learner_imports / path.name) as tmp:
+            tmp.write_bytes(path.read_bytes())
     data = source.path.read_bytes()
     with atomic_path(run.learner_file) as tmp:
         tmp.write_bytes(data)
     record = {"file": str(original.resolve()), "name": source.name, "sha256": sha256_of(data),
-              "encoding": source.encoding}
+              "encoding": source.encoding, "imports": [path.name for path in imports]}
     atomic_write_text(run.learner_record, json.dumps(record, indent=2) + "\n")
 
 
@@ -372,7 +383,8 @@ def learner_source(run: RunDir) -> LearnerSource:
         _EDITED_SAID.add(run.learner_file)
         log.warning("%s: edited since the run was trained (its sha256 is no longer %s): loading it as it is now",
                     run.learner_file, expected[:12])
-    return LearnerSource(run.learner_file, name, encoding, original.parent)
+    return LearnerSource(run.learner_file, name, encoding,
+                         run.learner_imports if record.get("imports") else original.parent)
 
 
 def require_ours(run: RunDir, what: str) -> None:

@@ -18,22 +18,32 @@ from pathlib import Path
 
 import torch
 
+from transformer_mt.check.behaviour import output_kind
 from transformer_mt.check.report import prepare, run_checks
 from transformer_mt.check.result import FAIL
-from transformer_mt.check.subject import subject_of
+from transformer_mt.check.subject import Subject, subject_of
 from transformer_mt.common.config import Config
 from transformer_mt.common.errors import UserError
 from transformer_mt.learner.building import Sizes
-from transformer_mt.learner.loading import load_file
-from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits, parse_spec, sizes_for
+from transformer_mt.learner.loading import load_file, local_imports, split_target
+from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits, sizes_for
 from transformer_mt.runs.directory import RunDir, keep_learner_file, learner_source, sha256_of
 
 log = logging.getLogger("transformer_mt")
 
 # The checks whose failure makes training meaningless: the model would learn to copy the next
 # token, read padding, translate without the source, leave weights untrained, or give no
-# distribution over the target vocabulary to learn.
+# distribution over the target vocabulary to learn (see trainable_output for logits).
 FATAL = ("causal", "padding", "source_used", "gradients", "output")
+
+
+def trainable_output(subject: Subject) -> bool:
+    """Whether their output, failing `output`, is logits over the target vocabulary (a generator
+    without its log_softmax): the toolkit's loss and decoders normalise scores themselves, so
+    training is the same. Probabilities, a wrong width or another axis are not."""
+    with torch.no_grad():
+        out = subject.forward(subject.src, subject.tgt).float()
+    return out.shape[-1] == subject.sizes.tgt_vocab and output_kind(out) == output_kind(out, 1) == "logits"
 
 
 @dataclass
@@ -51,7 +61,7 @@ def open_learner_file(cfg: Config, run: RunDir) -> LearnerFile:
     """Import the model file of `cfg`: a run that has its copy (a resume) imports that copy,
     a fine-tuned run (train.init_from) the copy of the run it starts from, a new run the file
     it names. Done before the data is prepared: a file that does not import stops at once."""
-    path, name = parse_spec(cfg.model.file)
+    path, name = split_target(cfg.model.file)
     for kept in (run, RunDir(Path(cfg.train.init_from)) if cfg.train.init_from else None):
         if kept is not None and kept.learner_record.is_file():
             source = learner_source(kept)
@@ -72,7 +82,8 @@ def check_before_training(learner: LearnerFile, sizes: Sizes, checks: bool) -> s
         prepare(subject)
     else:
         failed = [result for result in run_checks(subject, quick=True).results if result.status == FAIL]
-        fatal = [result for result in failed if result.id in FATAL]
+        fatal = [result for result in failed if result.id in FATAL
+                 and not (result.id == "output" and trainable_output(subject))]
         if fatal:
             first = fatal[0]
             raise UserError(f"{learner.original}: fails check {first.id} ({first.section}): {first.message}; training "
@@ -96,7 +107,8 @@ def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool)
                     else source.encoding)
         source = LearnerSource(source.path, source.name, encoding, source.beside)
         if is_main:
-            keep_learner_file(run, source, learner.original if not learner.from_run else source.path)
+            imports = local_imports(source.path.parent if not learner.from_run else source.beside, source.path)
+            keep_learner_file(run, source, learner.original if not learner.from_run else source.path, imports)
     model = build_learner(learner.module, source, sizes, cfg.train.seed)
     output_fits(model, learner.original)
     return model
