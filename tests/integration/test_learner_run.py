@@ -82,7 +82,10 @@ def test_the_weights_of_their_run_load_into_their_own_code(learner_runs: dict[st
 
 def test_the_page_and_the_doctor_read_their_run(learner_runs: dict[str, Path]) -> None:
     run = learner_runs["tutorial"]
-    client = TestClient(create_app(TranslationService(Translator.from_run(run, device="cpu"), "tutorial", run=run)))
+    translator = Translator.from_run(run, device="cpu")
+    # its PositionalEncoder(max_seq_len=80) takes 80 tokens: decoding feeds no more
+    assert json.loads((run / "model.json").read_text())["longest"] == 80 and translator.max_source == 79
+    client = TestClient(create_app(TranslationService(translator, "tutorial", run=run)))
     answer = client.post("/api/translate", json={"sentences": ["w1 w2 w3"], "attention": True}).json()
     assert answer["translations"] == ["w1 w2 w3"]
     attention = answer["results"][0]["attention"]
@@ -148,6 +151,9 @@ REFUSED = {  # file text, extra arguments -> what the one line says
                            [], ["fails_at_the_sizes.py:", "raised AssertionError: only the base model"]),
     "wrong_output_width": (patched("Generator(d_model, tgt_vocab)", "Generator(d_model, d_model)"), ["--no-check"],
                            ["shape (1, 6, 64), not (1, 6, 37)", "target vocabulary"]),
+    "table_too_short": (patched("def __init__(self, d_model, max_seq_len=80, dropout=0.1):",
+                                "def __init__(self, d_model, max_seq_len=9, dropout=0.1):", "tutorial"), [],
+                        ["runs on sentences of at most 9 tokens", "--data.max_len=8"]),
     "nan_loss": (patched("return F.log_softmax(self.proj(x), dim=-1)",
                          "return F.log_softmax(self.proj(x), dim=-1) * float('nan')"), ["--no-check"],
                  ["the loss of the first training batch is nan before any step"]),

@@ -134,7 +134,7 @@ def test_without_mask_functions_their_model_gets_the_kit_masks_in_the_encoding_i
     path = tmp_path / "hidden.py"
     path.write_text(text, encoding="utf-8")
     module = load_file(path)
-    encoding = check_before_training(LearnerFile(module, LearnerSource(path), path, False), SIZES, checks=True)
+    encoding = check_before_training(LearnerFile(module, LearnerSource(path), path), SIZES, checks=True)
     assert encoding == "blocked"
     src, tgt = sources(), torch.tensor([[BOS_ID, 5, 6, 7, 8]] * 3)
     later = tgt.clone()
@@ -155,7 +155,7 @@ def test_logits_from_the_generator_train_but_probabilities_stop_the_run(tmp_path
     text = (CASES / "annotated.py").read_text(encoding="utf-8")
     path = tmp_path / "generator.py"
     path.write_text(text.replace("return F.log_softmax(self.proj(x), dim=-1)", f"return {generator}"), encoding="utf-8")
-    learner_file = LearnerFile(load_file(path), LearnerSource(path), path, False)
+    learner_file = LearnerFile(load_file(path), LearnerSource(path), path)
     if stops:
         with pytest.raises(UserError, match="fails check output"):
             check_before_training(learner_file, SIZES, checks=True)

@@ -21,7 +21,7 @@ from transformer_mt.common.errors import UserError
 
 BUILDER_NAMES = ("make_model", "get_model", "Transformer")  # tried in this order when FILE has no :NAME
 _COUNTER = itertools.count()
-MODULE_PREFIX = "learner_"  # the names load_file gives the files it runs: learner_<stem>_<n>
+_IMPORTED_BESIDE: dict[str, list[Path]] = {}  # a load_file module's name -> the files of theirs it imported
 
 
 class ImportTimeout(BaseException):
@@ -94,11 +94,13 @@ def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> 
                         "line)") from None
     except ValueError as err:  # null bytes
         raise UserError(f"{path}: not Python source ({err})") from None
-    module = types.ModuleType(f"{MODULE_PREFIX}{path.stem}_{next(_COUNTER)}")
+    module = types.ModuleType(f"learner_{path.stem}_{next(_COUNTER)}")
     module.__file__ = str(path)
     sys.modules[module.__name__] = module  # dataclasses and pickling look their module up there
+    folders = [path.parent, *([beside] if beside else [])]
+    before = set(sys.modules)
     try:
-        with importing_beside(path.parent, *([beside] if beside else [])), time_limit(seconds):
+        with importing_beside(*folders), time_limit(seconds):
             exec(code, module.__dict__)
     except ImportTimeout:
         raise UserError(f"{path}: still running after {seconds:.0f} s of importing it: training, downloads or "
@@ -109,21 +111,28 @@ def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> 
     except Exception as err:
         raise UserError(f"{where(err, path)}: importing the file raised {described(err)} (code that needs data or "
                         "other packages belongs under `if __name__ == \"__main__\":`)") from None
+    finally:
+        _IMPORTED_BESIDE[module.__name__] = forget_imports_beside(before, [folder.resolve() for folder in folders])
     return module
 
 
-def local_imports(folder: Path | None, path: Path) -> list[Path]:
-    """The Python files in `folder` that this process has imported, `path` left out: after
-    `load_file(path)`, the learner's own other files (a tutorial's Layers.py, Sublayers.py)."""
-    if folder is None:
-        return []
-    folder, found = folder.resolve(), set()
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if (not name.startswith(MODULE_PREFIX) and isinstance(file, str) and file.endswith(".py")
-                and Path(file).resolve().parent == folder and Path(file).is_file()):
-            found.add(Path(file).resolve())
-    return sorted(found - {path.resolve()})
+def their_imports(module: types.ModuleType) -> list[Path]:
+    """The learner's other files that `module` (a `load_file` result) imported from its folder,
+    such as a tutorial's Layers.py and Sublayers.py: what a run keeps beside its copy."""
+    return _IMPORTED_BESIDE.get(module.__name__, [])
+
+
+def forget_imports_beside(before: set[str], folders: list[Path]) -> list[Path]:
+    """Remove from sys.modules the modules imported since `before` from `folders` (their own
+    files: a second file of theirs with a sibling of the same name gets its own), and return
+    their files."""
+    found = []
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules[name], "__file__", None)
+        if isinstance(file, str) and Path(file).resolve().parent in folders:
+            found.append(Path(file).resolve())
+            del sys.modules[name]
+    return sorted(found)
 
 
 def split_target(target: str) -> tuple[Path, str | None]:

@@ -46,13 +46,15 @@ class LearnerSource:
     """Where a learner's model comes from: `path` (their file, or a run's copy of it), the
     builder's `name` (None: make_model, get_model or class Transformer) and, for a file
     without mask functions, the mask `encoding` their attention reads (check's
-    model_encoding finds it before training; None: not known yet, "attend") and `beside`, the
-    folder of the original where a run's copy finds the other files it imports."""
+    model_encoding finds it before training; None: not known yet, "attend"), `beside`, where a
+    run's copy finds the other files it imports, and `longest`, the longest sentence their model
+    runs on (their positional table may be shorter than model.max_positions; None: not known)."""
 
     path: Path
     name: str | None = None
     encoding: str | None = None
-    beside: Path | None = None  # where a run's copy finds the files it imports: their copies, or the original's folder
+    beside: Path | None = None  # their files' copies in a run, or the original's folder
+    longest: int | None = None
 
 
 def sizes_for(cfg: ModelConfig) -> Sizes:
@@ -95,7 +97,7 @@ class LearnerModel(nn.Module):
         self.convention, self.masks, self.sizes, self.source = convention, masks, sizes, source
         self.annotated = convention is ANNOTATED  # a flag, not `is` later: copy.deepcopy copies the convention
         self.generator = LearnerGenerator(learner.generator if convention is ANNOTATED else None)
-        self.max_positions = sizes.max_len
+        self.max_positions = min(sizes.max_len, source.longest or sizes.max_len)  # what decoding may feed
         self.tgt_vocab_size, self.n_heads, self.d_model = sizes.tgt_vocab, sizes.h, sizes.d_model
         self._attention: dict[str, list[nn.Module]] | None = None
 
@@ -181,10 +183,10 @@ class LearnerModel(nn.Module):
             inside.pop()
 
         class Softmaxes(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: A002
+            def __torch_function__(self, func, _types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 if inside and func in SOFTMAXES and isinstance(out, torch.Tensor) and out.dim() == 4:
-                    recorder.record(inside[-1], out.detach(), out, out, None)
+                    recorder.record(inside[-1], out.detach())  # (B, H, Tq, Tk); no q and k: theirs
                 return out
 
         handles = [h for module in modules for h in (module.register_forward_pre_hook(enter),
@@ -208,22 +210,43 @@ def build_learner(module: types.ModuleType, source: LearnerSource, sizes: Sizes,
     return LearnerModel(learner.train(), convention_of(learner, source.path), masks, sizes, source)
 
 
-def probe_batch(sizes: Sizes) -> tuple[torch.Tensor, torch.Tensor]:
-    """One sentence of 7 source and 6 target ids, all real: (1, 7), (1, 6)."""
-    src = torch.arange(PROBE_SRC).remainder(sizes.src_vocab - 1).add(1)[None]
-    return src, torch.arange(PROBE_TGT).remainder(sizes.tgt_vocab - 1).add(1)[None]
+def probe_batch(sizes: Sizes, src_len: int = PROBE_SRC, tgt_len: int = PROBE_TGT) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sentence of `src_len` source and `tgt_len` target ids, all real: (1, S), (1, T)."""
+    src = torch.arange(src_len).remainder(sizes.src_vocab - 1).add(1)[None]
+    return src, torch.arange(tgt_len).remainder(sizes.tgt_vocab - 1).add(1)[None]
+
+
+def longest_run(model: LearnerModel, limit: int) -> int:
+    """The longest sentence, up to `limit` tokens on both sides, that their model runs on (a
+    tutorial's PositionalEncoder(max_seq_len=80) takes 80): found by halving, a few passes."""
+
+    def runs(length: int) -> bool:
+        try:
+            runs_once(lambda src, tgt: model(src, tgt), model, model.sizes, model.source.path, length)
+        except UserError:
+            return False
+        return True
+
+    if runs(limit):
+        return limit
+    low, high = 1, limit  # runs(low) is assumed (a short sentence ran), runs(high) is not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if runs(middle) else (low, middle)
+    return low
 
 
 def runs_once(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], model: nn.Module, sizes: Sizes,
-              path: Path) -> torch.Tensor:
-    """The output of one teacher-forced pass of `forward` on `probe_batch`, in eval mode:
-    a model that raises whenever it runs is one line (where, what, and for a device error
-    what to do), not a failure of every check nor a traceback at the first step."""
+              path: Path, length: int | None = None) -> torch.Tensor:
+    """The output of one teacher-forced pass of `forward` on `probe_batch` (of `length` tokens on
+    both sides where given), in eval mode: a model that raises whenever it runs is one line
+    (where, what, and for a device error what to do), not a failure of every check nor a
+    traceback at the first step."""
     training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            return forward(*probe_batch(sizes))
+            return forward(*(probe_batch(sizes) if length is None else probe_batch(sizes, length, length)))
     except Exception as err:
         raise UserError(raised_message(err, path)) from None
     finally:

@@ -26,14 +26,15 @@ AttentionInputs = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
 
 
 class AttentionRecorder:
-    """The weights of the last call of each recorded module, and its q, k and mask."""
+    """The weights of the last call of each recorded module, and its q, k and mask (a
+    learner's attention module, learner/model.py, records its weights alone)."""
 
     def __init__(self) -> None:
-        self._weights: dict[MultiHeadAttention, torch.Tensor] = {}
-        self._inputs: dict[MultiHeadAttention, AttentionInputs] = {}
+        self._weights: dict[nn.Module, torch.Tensor] = {}
+        self._inputs: dict[nn.Module, AttentionInputs] = {}
 
-    def record(self, module: MultiHeadAttention, weights: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-               mask: torch.Tensor | None) -> None:
+    def record(self, module: nn.Module, weights: torch.Tensor, q: torch.Tensor | None = None,
+               k: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> None:
         """The weights hook: keep this call's weights (B, H, Tq, Tk) and inputs."""
         self._weights[module] = weights
         self._inputs[module] = (q, k, mask)

@@ -121,7 +121,8 @@ class RunDir:
 
     @property
     def learner_record(self) -> Path:
-        """Where that copy came from, its sha256, builder name and mask encoding (JSON)."""
+        """Where that copy came from, its sha256, builder name, mask encoding, the files of theirs it
+    imports and the longest sentence their model runs on (JSON)."""
         return self.root / "model.json"
 
     def require(self) -> "RunDir":
@@ -360,7 +361,7 @@ def keep_learner_file(run: RunDir, source: LearnerSource, original: Path, import
     with atomic_path(run.learner_file) as tmp:
         tmp.write_bytes(data)
     record = {"file": str(original.resolve()), "name": source.name, "sha256": sha256_of(data),
-              "encoding": source.encoding, "imports": [path.name for path in imports]}
+              "encoding": source.encoding, "imports": [path.name for path in imports], "longest": source.longest}
     atomic_write_text(run.learner_record, json.dumps(record, indent=2) + "\n")
 
 
@@ -384,7 +385,7 @@ def learner_source(run: RunDir) -> LearnerSource:
         log.warning("%s: edited since the run was trained (its sha256 is no longer %s): loading it as it is now",
                     run.learner_file, expected[:12])
     return LearnerSource(run.learner_file, name, encoding,
-                         run.learner_imports if record.get("imports") else original.parent)
+                         run.learner_imports if record.get("imports") else original.parent, record.get("longest"))
 
 
 def require_ours(run: RunDir, what: str) -> None:

@@ -159,7 +159,8 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
             if ctx.is_main and not new_run and cfg != run.read_config():
                 run.write_config(cfg)  # a resume's new plan, for the resumes after it
             seed_everything(cfg.train.seed)
-            model = learner_model(learner, cfg, run, ctx.is_main) if learner else task.build_model()
+            model = (learner_model(learner, cfg, run, ctx.is_main, task.longest()) if learner
+                     else task.build_model())
             if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
                 initialize_from(model, cfg)
             plan = make_plan(cfg.train, cfg.model.d_model, announce=ctx.is_main)

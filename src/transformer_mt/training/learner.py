@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -25,8 +25,9 @@ from transformer_mt.check.subject import Subject, subject_of
 from transformer_mt.common.config import Config
 from transformer_mt.common.errors import UserError
 from transformer_mt.learner.building import Sizes
-from transformer_mt.learner.loading import load_file, local_imports, split_target
-from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits, sizes_for
+from transformer_mt.learner.loading import load_file, split_target, their_imports
+from transformer_mt.learner.model import (LearnerModel, LearnerSource, build_learner, longest_run, output_fits,
+                                          sizes_for)
 from transformer_mt.runs.directory import RunDir, keep_learner_file, learner_source, sha256_of
 
 log = logging.getLogger("transformer_mt")
@@ -48,13 +49,13 @@ def trainable_output(subject: Subject) -> bool:
 
 @dataclass
 class LearnerFile:
-    """Their file imported: the module, where it was read from (their file, or the copy of
-    the run it resumes or fine-tunes), the file they named, and whether it is a run's copy."""
+    """Their file imported: the module, where it was read from (`source`: their file, or the
+    copy of the run it resumes or fine-tunes, `kept`), and the file they named."""
 
     module: types.ModuleType
     source: LearnerSource
     original: Path
-    from_run: bool
+    kept: RunDir | None = None
 
 
 def open_learner_file(cfg: Config, run: RunDir) -> LearnerFile:
@@ -68,8 +69,8 @@ def open_learner_file(cfg: Config, run: RunDir) -> LearnerFile:
             if path.is_file() and sha256_of(path.read_bytes()) != sha256_of(source.path.read_bytes()):
                 log.warning("%s differs from %s, the copy %s was trained with: training goes on with that copy",
                             path, source.path, kept.root)
-            return LearnerFile(load_file(source.path, beside=source.beside), source, path, True)
-    return LearnerFile(load_file(path), LearnerSource(path, name), path, False)
+            return LearnerFile(load_file(source.path, beside=source.beside), source, path, kept)
+    return LearnerFile(load_file(path), LearnerSource(path, name), path)
 
 
 def check_before_training(learner: LearnerFile, sizes: Sizes, checks: bool) -> str | None:
@@ -97,20 +98,29 @@ def check_before_training(learner: LearnerFile, sizes: Sizes, checks: bool) -> s
     return None if subject.masks.functions else subject.masks.encoding
 
 
-def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool) -> LearnerModel:
+def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool, data_longest: int) -> LearnerModel:
     """Their model built at the run's sizes, its draws from train.seed (every process the
-    same); a new run is checked first and keeps a copy of their file."""
+    same). Their file is checked before a new run's first step; a new or fine-tuned run finds
+    the longest sentence their model takes (refused if the data holds longer ones) and keeps a
+    copy of their file, and of the files of theirs it imports. `data_longest`: the longest
+    sequence of the data as the model reads it (eos or bos included)."""
     sizes = sizes_for(cfg.model)
     source = learner.source
-    if not learner.from_run or not run.learner_record.is_file():
-        encoding = (check_before_training(learner, sizes, cfg.train.check_model) if not learner.from_run
-                    else source.encoding)
-        source = LearnerSource(source.path, source.name, encoding, source.beside)
-        if is_main:
-            imports = local_imports(source.path.parent if not learner.from_run else source.beside, source.path)
-            keep_learner_file(run, source, learner.original if not learner.from_run else source.path, imports)
+    if learner.kept is None:  # their file itself: a new run
+        source = replace(source, encoding=check_before_training(learner, sizes, cfg.train.check_model))
     model = build_learner(learner.module, source, sizes, cfg.train.seed)
     output_fits(model, learner.original)
+    if learner.kept != run:  # a new run, fresh or fine-tuned from the run `kept`
+        longest = longest_run(model, sizes.max_len)
+        if longest < data_longest:
+            raise UserError(f"{learner.original}: the model runs on sentences of at most {longest} tokens (a table of "
+                            f"positions that long?), and the data holds sentences of {data_longest} (eos included): "
+                            f"give it a longer table (max_len), or keep shorter pairs: --data.max_len={longest - 1}")
+        model.source = source = replace(source, longest=longest)
+        model.max_positions = min(sizes.max_len, longest)
+        if is_main:
+            original = learner.original if learner.kept is None else source.path
+            keep_learner_file(run, source, original, their_imports(learner.module))
     return model
 
 

@@ -99,6 +99,12 @@ class TranslationTask:
     def build_model(self) -> EncoderDecoder:
         return build_model(self.cfg.model)
 
+    def longest(self) -> int:
+        """The longest sequence of the training and validation pairs as the model reads it
+        (the ids, then eos; bos, then the ids)."""
+        sides = (self.data.train_src, self.data.train_tgt, self.data.valid_src, self.data.valid_tgt)
+        return max((int(side.lengths().max()) for side in sides if len(side)), default=0) + 1
+
     def train_batches(self, seed: int, rank: int, world_size: int, accumulate: int) -> BatchStream:
         return BatchStream(self.data.train_src, self.data.train_tgt, self.cfg.data.max_tokens, seed, rank,
                            world_size, accumulate, self.cfg.data.batch_sentences)
