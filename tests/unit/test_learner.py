@@ -40,10 +40,10 @@ def sources() -> torch.Tensor:
     return torch.tensor([row + [PAD_ID] * (7 - len(row)) for row in rows])
 
 
-def next_log_probs(model: LearnerModel, src: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-    """Their own code, called as the notes' greedy_decode calls it: (1, V) log-probabilities."""
-    theirs, module = model.learner, model.source.path
-    namespace = load_file(module)
+def next_log_probs(model: LearnerModel, namespace, src: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """Their own code (`namespace`: their file, imported), called as the notes' greedy_decode
+    calls it: (1, V) log-probabilities."""
+    theirs = model.learner
     if model.convention.name == "annotated":
         src_mask, tgt_mask = namespace.create_masks(src, ys, PAD_ID)
         out = theirs.decode(theirs.encode(src, src_mask), src_mask, ys, tgt_mask)
@@ -55,9 +55,9 @@ def next_log_probs(model: LearnerModel, src: torch.Tensor, ys: torch.Tensor) -> 
 def hand_greedy(model: LearnerModel, src: torch.Tensor) -> list[int]:
     """One unpadded source (1, S) decoded greedily by a loop over their own code; pad and bos
     are never chosen, as the toolkit's decoders ban them."""
-    ys, out = torch.tensor([[BOS_ID]]), []
+    ys, out, namespace = torch.tensor([[BOS_ID]]), [], load_file(model.source.path)
     for _ in range(LIMIT + 1):
-        log_probs = next_log_probs(model, src, ys)
+        log_probs = next_log_probs(model, namespace, src, ys)
         log_probs[:, list(NEVER_EMITTED)] = float("-inf")
         token = int(log_probs.argmax(-1))
         out.append(token)
