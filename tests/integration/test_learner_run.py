@@ -154,6 +154,8 @@ REFUSED = {  # file text, extra arguments -> what the one line says
     "table_too_short": (patched("def __init__(self, d_model, max_seq_len=80, dropout=0.1):",
                                 "def __init__(self, d_model, max_seq_len=9, dropout=0.1):", "tutorial"), [],
                         ["runs on sentences of at most 9 tokens", "--data.max_len=8"]),
+    "fails_on_a_batch": (patched("masked_fill(~mask.bool(), -1e9)", "masked_fill(~mask.bool().squeeze(), -1e9)"),
+                         ["--no-check"], ["the model raised RuntimeError", "on the first training batch ("]),
     "nan_loss": (patched("return F.log_softmax(self.proj(x), dim=-1)",
                          "return F.log_softmax(self.proj(x), dim=-1) * float('nan')"), ["--no-check"],
                  ["the loss of the first training batch is nan before any step"]),

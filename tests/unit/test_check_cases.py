@@ -13,12 +13,19 @@ import pytest
 from check_cases.cases import BUGS, HERE, NOTES, OPEN_CHOICES, Case
 from transformer_mt.check.report import Report, run_checks
 from transformer_mt.check.subject import open_subject
+from transformer_mt.learner.building import Sizes
 
 COULD_NOT_RUN = "could not run"
 
 
-def checked(path: Path) -> Report:
-    return run_checks(open_subject(path), quick=True)
+# The multi30k_en_de preset's sizes with its tokenizer's vocabularies, as train --model builds them.
+MULTI30K = Sizes(src_vocab=8000, tgt_vocab=8000, N=4, d_model=128, d_ff=256, h=4, dropout=0.3, max_len=256)
+# The bugs that let the decoder see the future: train --model refuses them by `causal`.
+LOOK_AHEAD = ("inverted_mask", "no_decoder_mask", "upper_triangular_mask", "diagonal_hidden")
+
+
+def checked(path: Path, sizes: Sizes = Sizes()) -> Report:
+    return run_checks(open_subject(path, sizes=sizes), quick=True)
 
 
 def statuses(report: Report) -> dict[str, str]:
@@ -37,8 +44,9 @@ def test_a_correct_implementation_passes_every_check(base: str) -> None:
     assert not report.failed
 
 
-def test_the_notes_make_model_fails_its_initialisation_and_nothing_else(tmp_path: Path) -> None:
-    report = checked(NOTES.write(tmp_path))
+@pytest.mark.parametrize("sizes", [Sizes(), MULTI30K], ids=["check", "multi30k"])
+def test_the_notes_make_model_fails_its_initialisation_and_nothing_else(tmp_path: Path, sizes: Sizes) -> None:
+    report = checked(NOTES.write(tmp_path), sizes)
     failed = {key for key, status in statuses(report).items() if status != "pass"}
     assert failed == {"cloned_init", "embedding_init"}, report.text()
     text = report.text()
@@ -52,6 +60,8 @@ def test_each_bug_fails_its_check(tmp_path: Path, case: Case) -> None:
     result = next(r for r in report.results if r.id == case.fails)
     assert result.status == "fail", report.text()
     assert result.fix and report.failed
+    if case.name in LOOK_AHEAD:
+        assert statuses(report)["causal"] == "fail", report.text()
 
 
 @pytest.mark.parametrize("case", OPEN_CHOICES, ids=[case.name for case in OPEN_CHOICES])

@@ -74,6 +74,12 @@ def embedding_step(subject: Subject, side: str) -> Step:
     return subject.cache[key]
 
 
+def added(positions: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether P of y = c * E + P holds more than float32's rounding of y: nn.Embedding's N(0, 1)
+    times sqrt(128) leaves |P| ~ 1e-6 where nothing was added, section 3.5's sinusoid gives 1."""
+    return float(positions.abs().max()) > 1e-5 * (1 + float(y.abs().max()))
+
+
 def measured_step(first: list[Call], second: list[Call], ids: torch.Tensor, side: str, d_model: int) -> Step:
     lookups = (c for c in first if isinstance(c.module, nn.Embedding) and c.inputs and torch.equal(c.inputs[0], ids))
     lookup = next(lookups, None)
@@ -88,7 +94,7 @@ def measured_step(first: list[Call], second: list[Call], ids: torch.Tensor, side
             continue
         scale, positions = found
         scaled_in = scaled_in or (made_by if abs(scale - 1) > 1e-3 else "")
-        if float(positions.abs().max()) > 1e-6:
+        if added(positions, y1):
             by_sentence = not close(positions, positions[:1].expand_as(positions))
             return Step(lookup.module, scale, positions[0], scaled_in or made_by, made_by, by_sentence)
         unadded = scale

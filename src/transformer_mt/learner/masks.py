@@ -33,7 +33,7 @@ def encode(attend: torch.Tensor, encoding: str) -> torch.Tensor:
         return attend
     if encoding == "blocked":
         return ~attend
-    return torch.zeros(attend.shape).masked_fill(~attend, HIDDEN)
+    return torch.zeros(attend.shape, device=attend.device).masked_fill(~attend, HIDDEN)
 
 
 def may_attend(mask: torch.Tensor, encoding: str | None = None) -> torch.Tensor:
@@ -106,6 +106,13 @@ def look_ahead_with_padding(look_ahead: torch.Tensor, tgt: torch.Tensor) -> torc
     return look_ahead * pad_attend
 
 
+def on_device(mask: Any, like: torch.Tensor) -> Any:
+    """Their mask, made on the CPU, on the device of the batch: their functions are called
+    with the ids on the CPU and device "cpu" (opt.device too), where any tensor they make
+    themselves is, whatever device the model trains on."""
+    return mask.to(like.device) if isinstance(mask, torch.Tensor) else mask
+
+
 def their_function(module: types.ModuleType, names: tuple[str, ...]) -> tuple[str, Callable[..., Any]] | None:
     for name in names:
         function = getattr(module, name, None)
@@ -121,8 +128,8 @@ def mask_source(module: types.ModuleType, sizes: Sizes) -> MaskSource:
         name, function = found
 
         def pair(src: torch.Tensor, tgt: torch.Tensor) -> MaskPair:
-            masks = function(*filled(function, (src, tgt), sizes))
-            return masks[0], masks[1]
+            masks = function(*filled(function, (src.cpu(), tgt.cpu()), sizes))
+            return on_device(masks[0], src), on_device(masks[1], tgt)
 
         return MaskSource(f"the file's {signature(name, function)}", pair, (name,))
     kit_padding = "source padding by the kit ((src != pad).unsqueeze(-2), True = may attend)"
@@ -130,14 +137,14 @@ def mask_source(module: types.ModuleType, sizes: Sizes) -> MaskSource:
         name, function = found
 
         def target(src: torch.Tensor, tgt: torch.Tensor) -> MaskPair:
-            return kit_masks(src, tgt)[0], function(*filled(function, (tgt,), sizes))
+            return kit_masks(src, tgt)[0], on_device(function(*filled(function, (tgt.cpu(),), sizes)), tgt)
 
         return MaskSource(f"the file's {signature(name, function)}; {kit_padding}", target, (name,))
     if found := their_function(module, LOOK_AHEAD_NAMES):
         name, function = found
 
         def look_ahead(src: torch.Tensor, tgt: torch.Tensor) -> MaskPair:
-            mask = torch.as_tensor(function(*filled(function, (tgt.size(1),), sizes)))
+            mask = on_device(torch.as_tensor(function(*filled(function, (tgt.size(1),), sizes))), tgt)
             return kit_masks(src, tgt)[0], look_ahead_with_padding(mask, tgt)
 
         return MaskSource(f"the file's {signature(name, function)} with target padding; {kit_padding}", look_ahead,

@@ -266,14 +266,15 @@ def output_fits(model: LearnerModel, path: Path) -> None:
 DEVICE_WORDS = ("cuda", "device", "expected all tensors to be on the same")
 
 
-def raised_message(err: BaseException, path: Path) -> str:
+def raised_message(err: BaseException, path: Path, when: str = "when run on 1 sentence",
+                   retry: str = "run your model on one sentence") -> str:
     """'FILE:LINE raised Error: message' and what to do: for a device error, that a model
-    written for one device should follow its input's."""
+    written for one device should follow its input's; else `retry` and fix that line."""
     line = line_in(err, path)
     where = f"{path}:{line}" if line else str(path)
-    text = f"{where}: the model raised {described(err)} when run on 1 sentence"
+    text = f"{where}: the model raised {described(err)} {when}"
     if any(word in str(err).lower() for word in DEVICE_WORDS):
         return (f"{text}: a model written for one device should follow its input's (x.device, or a table kept with "
                 "register_buffer, which .to() moves), not call .cuda() or name a device")
-    return f"{text}: run your model on one sentence and fix that line"
+    return f"{text}: {retry} and fix that line"
 

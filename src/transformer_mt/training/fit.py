@@ -167,7 +167,7 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
             context = RunContext(cfg, run, task, model, device, ctx.rank, ctx.world_size)
             trainer = Trainer(context, plan, progress, clock)
             if learner and new_run:
-                first_loss_finite(trainer.first_loss(), learner.original)
+                first_loss_finite(trainer.first_loss, learner.original, f"{trainer.precision} on {device}")
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)

@@ -15,6 +15,7 @@ import math
 import types
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -27,7 +28,7 @@ from transformer_mt.common.errors import UserError
 from transformer_mt.learner.building import Sizes
 from transformer_mt.learner.loading import load_file, split_target, their_imports
 from transformer_mt.learner.model import (LearnerModel, LearnerSource, build_learner, longest_run, output_fits,
-                                          sizes_for)
+                                          raised_message, sizes_for)
 from transformer_mt.runs.directory import RunDir, keep_learner_file, learner_source, sha256_of
 
 log = logging.getLogger("transformer_mt")
@@ -124,9 +125,15 @@ def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool,
     return model
 
 
-def first_loss_finite(loss: torch.Tensor, path: Path) -> None:
-    """UserError when the loss of the first batch, before any step, is NaN or infinite."""
-    value = float(loss)
+def first_loss_finite(first_loss: Callable[[], torch.Tensor], path: Path, where: str) -> None:
+    """UserError when their model raises on the first training batch (a batch of many
+    sentences, on the run's device and precision `where`, which the one-sentence probe before
+    it was not) or its loss, before any step, is NaN or infinite."""
+    try:
+        value = float(first_loss())
+    except Exception as err:  # noqa: BLE001 (their code: what it raises is theirs)
+        raise UserError(raised_message(err, path, f"on the first training batch ({where})",
+                                       "run your model on a batch of several padded sentences")) from None
     if not math.isfinite(value):
         raise UserError(f"{path}: the loss of the first training batch is {value} before any step: the model's "
                         "output holds NaN or infinite values (a row of attention scores hidden entirely by -inf gives "
