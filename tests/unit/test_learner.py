@@ -161,3 +161,33 @@ def test_logits_from_the_generator_train_but_probabilities_stop_the_run(tmp_path
             check_before_training(learner_file, SIZES, checks=True)
     else:
         assert check_before_training(learner_file, SIZES, checks=True) is None  # their create_masks
+
+
+@pytest.mark.parametrize("flattened", [False, True], ids=["as_written", "flattened"])
+def test_decoding_feeds_the_tutorials_output_layer_the_last_position_where_that_gives_the_same(
+        tmp_path: Path, flattened: bool) -> None:
+    """Their `self.out` gets one position per sentence at each step (the greedy test above shows
+    the tokens are those of their forward on the whole prefix), unless their forward flattens the
+    positions into the batch before it: a slice would then be wrong, and it gets the whole prefix."""
+    text = (CASES / "tutorial.py").read_text(encoding="utf-8")
+    if flattened:
+        text = text.replace("return self.out(self.decoder(trg, e_outputs, src_mask, trg_mask))",
+                            "x = self.decoder(trg, e_outputs, src_mask, trg_mask)\n"
+                            "        return self.out(x.reshape(-1, x.size(-1))).reshape(*x.shape[:2], -1)")
+    path = tmp_path / "mine.py"
+    path.write_text(text, encoding="utf-8")
+    model = build_learner(load_file(path), LearnerSource(path), SIZES, 3).eval()
+    calls: list[tuple[torch.Size, int]] = []  # (the prefix (B, T), the positions `out` got)
+    prefix = model.learner.register_forward_pre_hook(lambda _m, args: calls.append((args[1].shape, 0)))
+    fed = model.learner.out.register_forward_hook(
+        lambda _m, args, _out: calls.append((calls.pop()[0], args[0].numel() // SIZES.d_model)))
+    with torch.inference_mode():
+        tokens, _ = greedy_decode(model, sources(), LIMIT, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
+    prefix.remove(), fed.remove()
+    assert len(calls) > 4
+    for (batch, length), positions in calls[3:]:  # after the first step and the comparison's two passes
+        assert positions == batch * (length if flattened else 1)
+    if flattened:
+        with torch.inference_mode():
+            for row, source in zip(tokens.tolist(), sources()):
+                assert [t for t in row if t != PAD_ID] == hand_greedy(model, source[source != PAD_ID][None])

@@ -12,7 +12,11 @@ in the encoding their attention reads (learner/masks.py); our (B, 1, 1, S) sourc
 the decoders carry from step to step, is turned back into a source of their form.
 
 They write no cache: every decoding step runs their decoder over the whole prefix again, the
-memory repeated per beam (`supports_cache` False tells decoding/source.py)."""
+memory repeated per beam (`supports_cache` False tells decoding/source.py). A search reads only
+the last position's scores, so the tutorial's output layer (their one nn.Linear to the target
+vocabulary) is fed only the last position's state while decoding, where that gives the same
+scores as their forward (compared once, on the first decoding step): at Multi30k's sizes that
+layer is most of a step's products, the prefix times d_model times the target vocabulary."""
 
 from __future__ import annotations
 
@@ -100,6 +104,8 @@ class LearnerModel(nn.Module):
         self.max_positions = min(sizes.max_len, source.longest or sizes.max_len)  # what decoding may feed
         self.tgt_vocab_size, self.n_heads, self.d_model = sizes.tgt_vocab, sizes.h, sizes.d_model
         self._attention: dict[str, list[nn.Module]] | None = None
+        self._last_only: str | None = output_layer_name(learner, sizes.tgt_vocab) if not self.annotated else None
+        self._last_only_checked = False
 
     # ---- their weights as theirs ---------------------------------------------------------
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -129,9 +135,31 @@ class LearnerModel(nn.Module):
         if cache is not None:
             raise ValueError("a learner's model keeps no cache: decode the whole prefix")
         if not self.annotated:
-            return self.learner(memory, tgt, *self.masks.make(memory, tgt))
+            return self.last_logits(memory, tgt)
         their_src_mask, their_tgt_mask = self.masks.make(self.source_ids(src_mask), tgt)
         return self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask)
+
+    def last_logits(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """The tutorial's logits while decoding: (B, 1, V) for the last position where their
+        output layer fed only that position's state gives the same scores as their forward on
+        the whole prefix (compared on the first call in eval mode with a prefix of two tokens or
+        more), else their forward's (B, T, V)."""
+        masks = self.masks.make(src, tgt)
+        if self._last_only is None or self.training or (tgt.size(1) < 2 and not self._last_only_checked):
+            return self.learner(src, tgt, *masks)
+        if self._last_only_checked:
+            with last_position_only(self.learner.get_submodule(self._last_only)):
+                return self.learner(src, tgt, *masks)
+        whole = self.learner(src, tgt, *masks)
+        try:
+            with last_position_only(self.learner.get_submodule(self._last_only)):
+                last = self.learner(src, tgt, *masks)
+            same = last.shape == whole[:, -1:].shape and torch.allclose(
+                last.float(), whole[:, -1:].float(), rtol=1e-3, atol=1e-4 * (1 + float(whole.abs().max())))
+        except Exception:  # noqa: BLE001 (their forward may use the layer's output in ways a slice breaks)
+            same = False
+        self._last_only, self._last_only_checked = (self._last_only if same else None), True
+        return whole
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
                 tgt_mask: Any = None) -> torch.Tensor:
@@ -197,6 +225,24 @@ class LearnerModel(nn.Module):
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def output_layer_name(learner: nn.Module, tgt_vocab: int) -> str | None:
+    """The name of their one nn.Linear to the target vocabulary (the tutorial's `self.out`),
+    None where there is none or more than one."""
+    names = [name for name, module in learner.named_modules()
+             if isinstance(module, nn.Linear) and module.out_features == tgt_vocab]
+    return names[0] if len(names) == 1 else None
+
+
+@contextlib.contextmanager
+def last_position_only(layer: nn.Module) -> Iterator[None]:
+    """`layer` fed only the last position of its (B, T, d_model) input while inside."""
+    handle = layer.register_forward_pre_hook(lambda _module, args: (args[0][:, -1:], *args[1:]))
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def build_learner(module: types.ModuleType, source: LearnerSource, sizes: Sizes, seed: int) -> LearnerModel:
