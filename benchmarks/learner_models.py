@@ -19,11 +19,11 @@ conventions; the notes themselves are never copied):
 The recipes: demo (the `demo` preset: 1,200 steps within 280 s, numbers task; test exact match
 and character BLEU on the 1,000 held-out numbers) and multi30k_30 (`multi30k_en_de` with
 --train.budget_minutes=30 --model.dropout=0.2, the README's half hour; cased sacreBLEU on
-test_2016_flickr); multi30k_30_warmup1000, the same with the warmup over 1,000 steps, for a host
-where a model takes more than 0.9 s a step (a budget refuses a warmup of 2,000 steps that does not
-fit its 30 minutes). A learner's model is built at the preset's n_layers, d_model, d_ff, n_heads and
-dropout; the preset's other model keys (pre-norm, tied embeddings, attention_dropout 0, ...)
-describe ours only: their code decides. Same data, subwords, batches, schedule, budget, label
+test_2016_flickr); multi30k_30_warmup1000, the same with the warmup over 1,000 steps (a peak
+learning rate sqrt(2) higher, 0.007), for a host where a model takes more than 0.9 s a step (a
+budget refuses a warmup of 2,000 steps that does not fit its 30 minutes). A learner's model is
+built at the preset's n_layers, d_model, d_ff, n_heads and dropout; the preset's other model keys
+(pre-norm, tied embeddings, attention_dropout 0, ...) describe ours only: their code decides. Same data, subwords, batches, schedule, budget, label
 smoothing, precision and validation.
 
 Each run reports the test score, the steps it trained, its training speed (target tokens per
