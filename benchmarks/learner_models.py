@@ -23,8 +23,8 @@ test_2016_flickr); multi30k_30_warmup1000, the same with the warmup over 1,000 s
 learning rate sqrt(2) higher, 0.007), for a host where a model takes more than 0.9 s a step (a
 budget refuses a warmup of 2,000 steps that does not fit its 30 minutes). A learner's model is
 built at the preset's n_layers, d_model, d_ff, n_heads and dropout; the preset's other model keys
-(pre-norm, tied embeddings, attention_dropout 0, ...) describe ours only: their code decides. Same data, subwords, batches, schedule, budget, label
-smoothing, precision and validation.
+(pre-norm, tied embeddings, attention_dropout 0, ...) describe ours only: their code decides.
+Same data, subwords, batches, schedule, budget, label smoothing, precision and validation.
 
 Each run reports the test score, the steps it trained, its training speed (target tokens per
 second, the median of its logged steps) and its decoding speed (test sentences per second with

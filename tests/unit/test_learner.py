@@ -183,7 +183,8 @@ def test_decoding_feeds_the_tutorials_output_layer_the_last_position_where_that_
         lambda _m, args, _out: calls.append((calls.pop()[0], args[0].numel() // SIZES.d_model)))
     with torch.inference_mode():
         tokens, _ = greedy_decode(model, sources(), LIMIT, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
-    prefix.remove(), fed.remove()
+    prefix.remove()
+    fed.remove()
     assert len(calls) > 4
     for (batch, length), positions in calls[3:]:  # after the first step and the comparison's two passes
         assert positions == batch * (length if flattened else 1)

@@ -147,12 +147,13 @@ class LearnerModel(nn.Module):
         masks = self.masks.make(src, tgt)
         if self._last_only is None or self.training or (tgt.size(1) < 2 and not self._last_only_checked):
             return self.learner(src, tgt, *masks)
+        layer = self.learner.get_submodule(self._last_only)
         if self._last_only_checked:
-            with last_position_only(self.learner.get_submodule(self._last_only)):
+            with last_position_only(layer):
                 return self.learner(src, tgt, *masks)
         whole = self.learner(src, tgt, *masks)
         try:
-            with last_position_only(self.learner.get_submodule(self._last_only)):
+            with last_position_only(layer):
                 last = self.learner(src, tgt, *masks)
             same = last.shape == whole[:, -1:].shape and torch.allclose(
                 last.float(), whole[:, -1:].float(), rtol=1e-3, atol=1e-4 * (1 + float(whole.abs().max())))
