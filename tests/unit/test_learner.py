@@ -19,7 +19,7 @@ from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.learner.building import Sizes
 from transformer_mt.learner.loading import load_file
-from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits
+from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits, outputs_of
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.training.learner import LearnerFile, check_before_training
 from transformer_mt.training.loss import LabelSmoothingLoss
@@ -185,10 +185,32 @@ def test_decoding_feeds_the_tutorials_output_layer_the_last_position_where_that_
         tokens, _ = greedy_decode(model, sources(), LIMIT, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
     prefix.remove()
     fed.remove()
-    assert len(calls) > 4
-    for (batch, length), positions in calls[3:]:  # after the first step and the comparison's two passes
+    assert len(calls) > 6
+    for (batch, length), positions in calls[5:]:  # after encoding (its pass and the comparison's), the
+        # first step and the comparison's two passes
         assert positions == batch * (length if flattened else 1)
     if flattened:
         with torch.inference_mode():
             for row, source in zip(tokens.tolist(), sources()):
                 assert [t for t in row if t != PAD_ID] == hand_greedy(model, source[source != PAD_ID][None])
+
+
+@pytest.mark.parametrize("reads_src", [False, True], ids=["as_written", "source_read_outside_the_encoder"])
+def test_decoding_runs_the_tutorials_encoder_once_per_source_where_that_gives_the_same(
+        tmp_path: Path, reads_src: bool) -> None:
+    """Their encoder's output is kept from one pass and given back at every step, unless their
+    forward reads the source ids outside it too: the ids decoding would then give it (1 at real
+    tokens) would change its scores, so it encodes the source again at every step, as written."""
+    text = (CASES / "tutorial.py").read_text(encoding="utf-8")
+    if reads_src:
+        text = text.replace("e_outputs = self.encoder(src, src_mask)",
+                            "e_outputs = self.encoder(src, src_mask) + self.encoder.embed(src)")
+    path = tmp_path / "mine.py"
+    path.write_text(text, encoding="utf-8")
+    model = build_learner(load_file(path), LearnerSource(path), SIZES, 3).eval()
+    with torch.inference_mode(), outputs_of(model.learner.encoder.layers[0]) as encoded:
+        tokens, _ = greedy_decode(model, sources(), LIMIT, BOS_ID, EOS_ID, PAD_ID, banned=NEVER_EMITTED)
+    assert len(encoded) == 1 if not reads_src else len(encoded) > tokens.size(1)
+    with torch.inference_mode():
+        for row, source in zip(tokens.tolist(), sources()):
+            assert [t for t in row if t != PAD_ID] == hand_greedy(model, source[source != PAD_ID][None])

@@ -12,11 +12,14 @@ in the encoding their attention reads (learner/masks.py); our (B, 1, 1, S) sourc
 the decoders carry from step to step, is turned back into a source of their form.
 
 They write no cache: every decoding step runs their decoder over the whole prefix again, the
-memory repeated per beam (`supports_cache` False tells decoding/source.py). A search reads only
-the last position's scores, so the tutorial's output layer (their one nn.Linear to the target
-vocabulary) is fed only the last position's state while decoding, where that gives the same
-scores as their forward (compared once, on the first decoding step): at Multi30k's sizes that
-layer is most of a step's products, the prefix times d_model times the target vocabulary."""
+memory repeated per beam (`supports_cache` False tells decoding/source.py). Two things of the
+tutorial's forward are not repeated while decoding, each only where the scores stay those of
+their forward on the whole prefix (compared once, on the first call that can show it):
+- their encoder (the first module their forward hands the source ids to) runs once per source:
+  its output is the memory, and each step's forward gets it back in place of encoding again;
+- a search reads only the last position's scores, so their output layer (their one nn.Linear to
+  the target vocabulary) is fed only the last position's state: at Multi30k's sizes that layer
+  is most of a step's products, the prefix times d_model times the target vocabulary."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 
 from transformer_mt.common.config import ModelConfig
 from transformer_mt.common.errors import UserError
-from transformer_mt.learner.building import Sizes, build
+from transformer_mt.learner.building import PAD, Sizes, build
 from transformer_mt.learner.conventions import ANNOTATED, Convention, convention_of
 from transformer_mt.learner.loading import described, find_builder, line_in
 from transformer_mt.learner.masks import MaskSource, kit_source, mask_source
@@ -106,6 +109,7 @@ class LearnerModel(nn.Module):
         self._attention: dict[str, list[nn.Module]] | None = None
         self._last_only: str | None = output_layer_name(learner, sizes.tgt_vocab) if not self.annotated else None
         self._last_only_checked = False
+        self._encoder: str | None = ""  # their encoder's name; "": not looked for yet, None: not reused
 
     # ---- their weights as theirs ---------------------------------------------------------
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -122,11 +126,42 @@ class LearnerModel(nn.Module):
         return src_mask.reshape(src_mask.size(0), -1).long()
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """src (B, S) -> their memory (B, S, d_model); the tutorial's: the ids themselves."""
+        """src (B, S) -> their memory (B, S, d_model); the tutorial's: their encoder's output
+        where decoding may reuse it (`encoder_output`), else the ids themselves (B, S)."""
         if not self.annotated:
-            return src
+            return self.encoder_output(src)
         their_src_mask = self.masks.make(src, src[:, :1])[0]
         return self.learner.encode(src, their_src_mask)
+
+    def encoder_output(self, src: torch.Tensor) -> torch.Tensor:
+        """The tutorial's memory: what their encoder gives in one pass of their forward on `src`
+        and a one-token target, (B, S, d_model), where feeding it back in place of encoding again
+        gives the scores of their forward (compared on the first call in eval mode); else `src`."""
+        if self.training or self._encoder is None:
+            return src
+        first = src.new_ones((src.size(0), 1))  # (B, 1): a target of one token, which their encoder does not read
+        masks = self.masks.make(src, first)
+        if self._encoder:
+            with outputs_of(self.learner.get_submodule(self._encoder)) as given:
+                self.learner(src, first, *masks)
+            return given[0] if len(given) == 1 and is_memory(given[0], src, self.d_model) else src
+        with calls_on(self.learner, src) as found:
+            whole = self.learner(src, first, *masks)
+        name, memory = next(((name, out) for name, out in found if is_memory(out, src, self.d_model)), (None, None))
+        self._encoder = name
+        if name is not None and not same_scores(self.their_forward(memory, src != PAD, first), whole):
+            self._encoder = None
+        return memory if self._encoder else src
+
+    def their_forward(self, memory: torch.Tensor, real: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Their forward on the prefix `tgt` (B, T): `memory` the source ids (B, S), or their
+        encoder's output (B, S, d_model), given back in place of encoding again; `real` (B, S)
+        True at the source's real tokens (their masks read only which are padding)."""
+        if not memory.is_floating_point():
+            return self.learner(memory, tgt, *self.masks.make(memory, tgt))
+        src = real.long()  # ids of their form: 1 at real tokens, PAD elsewhere
+        with given_back(self.learner.get_submodule(self._encoder), memory):
+            return self.learner(src, tgt, *self.masks.make(src, tgt))
 
     def decode(self, memory: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
                tgt_mask: Any = None, cache: Any = None) -> torch.Tensor:
@@ -135,28 +170,25 @@ class LearnerModel(nn.Module):
         if cache is not None:
             raise ValueError("a learner's model keeps no cache: decode the whole prefix")
         if not self.annotated:
-            return self.last_logits(memory, tgt)
+            return self.last_logits(memory, self.source_ids(src_mask) != PAD, tgt)
         their_src_mask, their_tgt_mask = self.masks.make(self.source_ids(src_mask), tgt)
         return self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask)
 
-    def last_logits(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """The tutorial's logits while decoding: (B, 1, V) for the last position where their
-        output layer fed only that position's state gives the same scores as their forward on
-        the whole prefix (compared on the first call in eval mode with a prefix of two tokens or
-        more), else their forward's (B, T, V)."""
-        masks = self.masks.make(src, tgt)
+    def last_logits(self, memory: torch.Tensor, real: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """The tutorial's logits while decoding (`their_forward`'s arguments): (B, 1, V) for the
+        last position where their output layer fed only that position's state gives the same
+        scores as their forward on the whole prefix (compared on the first call in eval mode with
+        a prefix of two tokens or more), else their forward's (B, T, V)."""
         if self._last_only is None or self.training or (tgt.size(1) < 2 and not self._last_only_checked):
-            return self.learner(src, tgt, *masks)
+            return self.their_forward(memory, real, tgt)
         layer = self.learner.get_submodule(self._last_only)
         if self._last_only_checked:
             with last_position_only(layer):
-                return self.learner(src, tgt, *masks)
-        whole = self.learner(src, tgt, *masks)
+                return self.their_forward(memory, real, tgt)
+        whole = self.their_forward(memory, real, tgt)
         try:
             with last_position_only(layer):
-                last = self.learner(src, tgt, *masks)
-            same = last.shape == whole[:, -1:].shape and torch.allclose(
-                last.float(), whole[:, -1:].float(), rtol=1e-3, atol=1e-4 * (1 + float(whole.abs().max())))
+                same = same_scores(self.their_forward(memory, real, tgt), whole[:, -1:])
         except Exception:  # noqa: BLE001 (their forward may use the layer's output in ways a slice breaks)
             same = False
         self._last_only, self._last_only_checked = (self._last_only if same else None), True
@@ -234,6 +266,68 @@ def output_layer_name(learner: nn.Module, tgt_vocab: int) -> str | None:
     names = [name for name, module in learner.named_modules()
              if isinstance(module, nn.Linear) and module.out_features == tgt_vocab]
     return names[0] if len(names) == 1 else None
+
+
+def same_scores(scores: torch.Tensor, reference: torch.Tensor) -> bool:
+    """Whether `scores` are `reference`'s, up to bf16's and a reordered sum's rounding."""
+    return scores.shape == reference.shape and torch.allclose(
+        scores.float(), reference.float(), rtol=1e-3, atol=1e-4 * (1 + float(reference.abs().max())))
+
+
+def is_memory(output: Any, src: torch.Tensor, d_model: int) -> bool:
+    """Whether `output` is an encoder's output for `src` (B, S): floats (B, S, d_model)."""
+    return (isinstance(output, torch.Tensor) and output.is_floating_point()
+            and tuple(output.shape) == (*src.shape, d_model))
+
+
+@contextlib.contextmanager
+def calls_on(learner: nn.Module, src: torch.Tensor) -> Iterator[list[tuple[str, Any]]]:
+    """(name, output) of the first call of each of `learner`'s sub-modules called with `src`
+    itself as its first argument while inside, in the order of the calls (an encoder before its
+    embedding); the list is filled on leaving."""
+    called: list[nn.Module] = []
+    outputs: dict[nn.Module, Any] = {}
+
+    def enter(module: nn.Module, args: Any) -> None:
+        if args and args[0] is src and module not in called:
+            called.append(module)
+
+    def leave(module: nn.Module, _args: Any, output: Any) -> None:
+        if module in called:
+            outputs.setdefault(module, output)
+
+    names = {module: name for name, module in learner.named_modules() if module is not learner}
+    handles = [h for module in names for h in (module.register_forward_pre_hook(enter),
+                                               module.register_forward_hook(leave))]
+    calls: list[tuple[str, Any]] = []
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+        calls.extend((names[module], outputs[module]) for module in called if module in outputs)
+
+
+@contextlib.contextmanager
+def outputs_of(module: nn.Module) -> Iterator[list[Any]]:
+    """The outputs of `module`'s calls while inside."""
+    outputs: list[Any] = []
+    handle = module.register_forward_hook(lambda _module, _args, output: outputs.append(output))
+    try:
+        yield outputs
+    finally:
+        handle.remove()
+
+
+@contextlib.contextmanager
+def given_back(module: nn.Module, output: torch.Tensor) -> Iterator[None]:
+    """`module` returning `output` without computing while inside (their encoder, its output
+    kept from the first pass)."""
+    module.forward = lambda *_args, **_kwargs: output
+    try:
+        yield
+    finally:
+        del module.forward
 
 
 @contextlib.contextmanager
