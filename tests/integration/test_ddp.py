@@ -156,10 +156,12 @@ def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(launc
 
 def test_a_time_cap_stops_every_rank_together(launch) -> None:
     """train.max_seconds is rank 0's clock, which every rank takes with each step's loss: the
-    ranks stop at the same step, exit 0, and leave a loadable checkpoint (a hang fails on the
-    timeout)."""
+    ranks stop at the same step, exit 0, leave a loadable checkpoint (a hang fails on the
+    timeout) and say once what ended the run."""
     run = launch[0] / "time_cap"
     assert [codes["time_cap"] for codes in exit_codes(launch[0])] == [0] * WORLD_SIZE
+    said = "train.max_seconds=1.5 ended it before step 100000 (--train.max_seconds=0 trains every step)"
+    assert launch[1].stderr.count(said) == 1
     (last,) = list((run / "checkpoints").glob("step_*.pt"))
     state = torch.load(last, weights_only=True)
     # the step at which rank 0's clock passed 1.5 s (the checkpoint also holds its validation point)

@@ -29,7 +29,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "data" / "tiny_curve_fused_adam.j
 OVERRIDES = ["--train.max_steps=60", "--train.valid_every=20", "--train.log_every=1", "--model.dropout=0.1",
              "--train.label_smoothing=0.1", "--train.accumulate=2", "--train.clip_norm=1.0",
              "--data.task_size=600", "--train.warmup_steps=30", "--train.lr_scale=0.5",
-             "--train.early_stop_metric=loss", "--decode.max_len_b=50", "--train.schedule=paper"]
+             "--train.early_stop_metric=loss", "--train.valid_max_len_b=50", "--train.schedule=paper"]
 
 
 def tiny_curve(run: Path) -> dict:

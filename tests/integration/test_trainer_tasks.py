@@ -193,3 +193,23 @@ def test_the_average_becomes_the_default_model_only_if_it_wins(tmp_path: Path, b
     assert same == average_wins
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert events[-1]["event"] == "average" and events[-1]["best"] == average_wins
+
+
+def test_validation_decodes_to_its_own_length_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation's outputs stop at train.valid_max_len_a x source + train.valid_max_len_b tokens,
+    not at decode.max_len_a/b's limit (which translate and evaluate keep)."""
+    from transformer_mt.inference import translator
+    from transformer_mt.training import fit
+    from conftest import tiny_config
+
+    limits: list[torch.Tensor] = []
+
+    def spy(model, src, max_len, *args, **kwargs):
+        limits.append(max_len)
+        return greedy_decode(model, src, max_len, *args, **kwargs)
+
+    greedy_decode = translator.greedy_decode
+    monkeypatch.setattr(translator, "greedy_decode", spy)
+    fit(tiny_config(train__max_steps=1, train__valid_every=1, data__task_size=200, train__valid_max_len_a=0,
+                    train__valid_max_len_b=3, decode__max_len_a=1, decode__max_len_b=7), tmp_path / "run", progress=False)
+    assert limits and all(bool((limit == 3).all()) for limit in limits)

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from transformer_mt.cli import add_option_flag, path_arg, positive_int
-from transformer_mt.common.config import load_config, preset_names
+from transformer_mt.common.config import TrainConfig, load_config, preset_names
 from transformer_mt.common.errors import UserError
 from transformer_mt.runs.directory import RunDir
 
@@ -106,8 +106,18 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = load_config(saved, overrides, drop_retired=True) if overrides and saved.is_file() else None
     trainer = fit(cfg, args.run, progress=not args.no_progress)
     if trainer.rank == 0:  # under torchrun, one line for the run, not one a process
-        log.info("finished at step %d after %.0f s", trainer.state.step, trainer.state.elapsed)
+        log.info("finished at step %d after %.0f s%s", trainer.state.step, trainer.state.elapsed,
+                 time_cap_note(trainer.cfg.train, trainer.state.step, trainer.state.elapsed))
     return 0
+
+
+def time_cap_note(train: TrainConfig, step: int, elapsed: float) -> str:
+    """What ended a step plan before its last step: train.max_seconds (a preset's limit set for
+    its own model; a slower model, a learner's with a wider feed-forward say, trains fewer steps)."""
+    if train.budget_minutes > 0 or not 0 < train.max_seconds <= elapsed or step >= train.max_steps:
+        return ""
+    return (f": train.max_seconds={train.max_seconds:g} ended it before step {train.max_steps} "
+            "(--train.max_seconds=0 trains every step)")
 
 
 def run_prepare(args: argparse.Namespace) -> int:

@@ -316,6 +316,14 @@ class TrainConfig:
     device: str = option("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:1, ...")
     log_every: int = option(50, "Steps between training log lines (metrics.jsonl, TensorBoard).")
     valid_every: int = option(1000, "Steps between validations and checkpoints.")
+    valid_max_len_a: float = option(1.2, "Validation's outputs stop at valid_max_len_a x source length + "
+                                         "train.valid_max_len_b tokens (translate and evaluate stop at "
+                                         "decode.max_len_a/b's, the paper's source + 50): a half-trained model's "
+                                         "outputs run to their limit, and validations decoded to source + 50 take "
+                                         "many times longer, most of all for a model without a cache (a learner's, "
+                                         "which decodes the whole prefix again at each step). fairseq's "
+                                         "--eval-bleu-args take 1.2 and 10; no Multi30k reference is longer.")
+    valid_max_len_b: int = option(10, "The b of validation's output length limit.")
     patience: int = option(0, "Stop after this many validations without improvement (0 = never stop early).")
     early_stop_metric: str = option("bleu", "The validation metric of a translation run that selects "
                                             "best.safetensors and stops early: bleu, chrf or loss (a language model "
@@ -352,6 +360,8 @@ class TrainConfig:
         _require(self.precision in PRECISIONS, "train.precision", "must be 'auto', 'bf16' or 'fp32'")
         _require(self.log_every >= 1, "train.log_every", "must be at least 1")
         _require(self.valid_every >= 1, "train.valid_every", "must be at least 1")
+        _require(self.valid_max_len_a >= 0, "train.valid_max_len_a", "must be >= 0")
+        _require(self.valid_max_len_b >= 1, "train.valid_max_len_b", "must be at least 1")
         _require(self.patience >= 0, "train.patience", "must be >= 0 (0 = no early stopping)")
         _require(self.early_stop_metric in ("bleu", "chrf", "loss"), "train.early_stop_metric",
                  "must be 'bleu', 'chrf' or 'loss'")
@@ -368,7 +378,8 @@ class DecodeConfig:
                                         "hypothesis' log-probability (Wu et al., 2016); the paper used 0.6 "
                                         "(section 6.1).")
     max_len_a: float = option(1.0, "Outputs stop at max_len_a x source length + decode.max_len_b tokens (the "
-                                   "paper: source length + 50, section 6.1).")
+                                   "paper: source length + 50, section 6.1); validation stops at "
+                                   "train.valid_max_len_a/b's limit.")
     max_len_b: int = option(50, "The b of that output length limit.")
     batch_tokens: int = option(4096, "Source tokens per decoding batch.")
     precision: str = option("fp32", "Decoding arithmetic, the same for validation, translate and evaluate: fp32, "

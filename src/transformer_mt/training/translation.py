@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -145,12 +146,14 @@ class TranslationTask:
     def validate(self, model: EncoderDecoder, device: torch.device, precision: str) -> dict[str, Any]:
         """Validation loss (teacher forcing, in the training precision) and BLEU/chrF of
         the decoded validation set: decoded by the same Translator call, with the same
-        settings (decode.*, decode.precision included), as `evaluate` decodes it.
-        {} when the corpus has no validation set."""
+        settings (decode.*, decode.precision included), as `evaluate` decodes it, but for the
+        output length limit, train.valid_max_len_a/b's. {} when the corpus has no validation set."""
         if self.data.valid is None:
             return {}
         loss = self.validation_loss(model, device, precision)
-        hypotheses = Translator(model, self.tokenizer, self.cfg.decode, device).translate(self.data.valid.src)
+        train = self.cfg.train
+        settings = replace(self.cfg.decode, max_len_a=train.valid_max_len_a, max_len_b=train.valid_max_len_b)
+        hypotheses = Translator(model, self.tokenizer, settings, device).translate(self.data.valid.src)
         scores = score(hypotheses, self.data.valid.tgt, tokenize=self.cfg.data.bleu_tokenize)
         model.train()
         return {"valid_loss": loss, "valid_ppl": perplexity(loss), "bleu": scores.bleu,
