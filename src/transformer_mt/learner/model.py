@@ -145,23 +145,24 @@ class LearnerModel(nn.Module):
             with outputs_of(self.learner.get_submodule(self._encoder)) as given:
                 self.learner(src, first, *masks)
             return given[0] if len(given) == 1 and is_memory(given[0], src, self.d_model) else src
-        with calls_on(self.learner, src) as found:
-            whole = self.learner(src, first, *masks)
-        name, memory = next(((name, out) for name, out in found if is_memory(out, src, self.d_model)), (None, None))
-        self._encoder = name
-        if name is not None and not same_scores(self.their_forward(memory, src != PAD, first), whole):
+        whole: list[torch.Tensor] = []
+        calls = record(self.learner, lambda: whole.append(self.learner(src, first, *masks)))
+        encoder = next((call for call in calls if call.module is not self.learner and call.input_ids[:1] == [id(src)]
+                        and is_memory(call.output, src, self.d_model)), None)  # the first called with the ids
+        self._encoder = encoder.name if encoder else None
+        if encoder and not same_scores(self.their_forward(encoder.output, (src != PAD).long(), first), whole[0]):
             self._encoder = None
-        return memory if self._encoder else src
+        return encoder.output if self._encoder else src
 
-    def their_forward(self, memory: torch.Tensor, real: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    def their_forward(self, memory: torch.Tensor, their_src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Their forward on the prefix `tgt` (B, T): `memory` the source ids (B, S), or their
-        encoder's output (B, S, d_model), given back in place of encoding again; `real` (B, S)
-        True at the source's real tokens (their masks read only which are padding)."""
+        encoder's output (B, S, d_model), given back in place of encoding again with `their_src`
+        (B, S) for the ids, 1 at real tokens and PAD elsewhere (their masks read only which are
+        padding)."""
         if not memory.is_floating_point():
             return self.learner(memory, tgt, *self.masks.make(memory, tgt))
-        src = real.long()  # ids of their form: 1 at real tokens, PAD elsewhere
         with given_back(self.learner.get_submodule(self._encoder), memory):
-            return self.learner(src, tgt, *self.masks.make(src, tgt))
+            return self.learner(their_src, tgt, *self.masks.make(their_src, tgt))
 
     def decode(self, memory: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
                tgt_mask: Any = None, cache: Any = None) -> torch.Tensor:
@@ -170,25 +171,25 @@ class LearnerModel(nn.Module):
         if cache is not None:
             raise ValueError("a learner's model keeps no cache: decode the whole prefix")
         if not self.annotated:
-            return self.last_logits(memory, self.source_ids(src_mask) != PAD, tgt)
+            return self.last_logits(memory, self.source_ids(src_mask), tgt)
         their_src_mask, their_tgt_mask = self.masks.make(self.source_ids(src_mask), tgt)
         return self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask)
 
-    def last_logits(self, memory: torch.Tensor, real: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    def last_logits(self, memory: torch.Tensor, their_src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """The tutorial's logits while decoding (`their_forward`'s arguments): (B, 1, V) for the
         last position where their output layer fed only that position's state gives the same
         scores as their forward on the whole prefix (compared on the first call in eval mode with
         a prefix of two tokens or more), else their forward's (B, T, V)."""
         if self._last_only is None or self.training or (tgt.size(1) < 2 and not self._last_only_checked):
-            return self.their_forward(memory, real, tgt)
+            return self.their_forward(memory, their_src, tgt)
         layer = self.learner.get_submodule(self._last_only)
         if self._last_only_checked:
             with last_position_only(layer):
-                return self.their_forward(memory, real, tgt)
-        whole = self.their_forward(memory, real, tgt)
+                return self.their_forward(memory, their_src, tgt)
+        whole = self.their_forward(memory, their_src, tgt)
         try:
             with last_position_only(layer):
-                same = same_scores(self.their_forward(memory, real, tgt), whole[:, -1:])
+                same = same_scores(self.their_forward(memory, their_src, tgt), whole[:, -1:])
         except Exception:  # noqa: BLE001 (their forward may use the layer's output in ways a slice breaks)
             same = False
         self._last_only, self._last_only_checked = (self._last_only if same else None), True
@@ -278,34 +279,6 @@ def is_memory(output: Any, src: torch.Tensor, d_model: int) -> bool:
     """Whether `output` is an encoder's output for `src` (B, S): floats (B, S, d_model)."""
     return (isinstance(output, torch.Tensor) and output.is_floating_point()
             and tuple(output.shape) == (*src.shape, d_model))
-
-
-@contextlib.contextmanager
-def calls_on(learner: nn.Module, src: torch.Tensor) -> Iterator[list[tuple[str, Any]]]:
-    """(name, output) of the first call of each of `learner`'s sub-modules called with `src`
-    itself as its first argument while inside, in the order of the calls (an encoder before its
-    embedding); the list is filled on leaving."""
-    called: list[nn.Module] = []
-    outputs: dict[nn.Module, Any] = {}
-
-    def enter(module: nn.Module, args: Any) -> None:
-        if args and args[0] is src and module not in called:
-            called.append(module)
-
-    def leave(module: nn.Module, _args: Any, output: Any) -> None:
-        if module in called:
-            outputs.setdefault(module, output)
-
-    names = {module: name for name, module in learner.named_modules() if module is not learner}
-    handles = [h for module in names for h in (module.register_forward_pre_hook(enter),
-                                               module.register_forward_hook(leave))]
-    calls: list[tuple[str, Any]] = []
-    try:
-        yield calls
-    finally:
-        for handle in handles:
-            handle.remove()
-        calls.extend((names[module], outputs[module]) for module in called if module in outputs)
 
 
 @contextlib.contextmanager
