@@ -14,14 +14,18 @@ conventions; the notes themselves are never copied):
   sqrt(d_model) (`check` fails cloned_init and embedding_init);
 - notes_fixed: the same with the Annotated Transformer's three Xavier lines (tests/check_cases/annotated.py);
 - seed003: seed 003's components assembled as its tutorial does, post-norm, forward giving logits
-  (tests/check_cases/tutorial.py), with the Xavier loop.
+  (tests/check_cases/tutorial.py), with the Xavier loop;
+- seed003_pre_norm: the same with each Norm moved before its sub-layer and a final Norm in each
+  stack (tests/check_cases/cases.py pre_norm), the layer order of the tutorial those components
+  come from.
 
 The recipes: demo (the `demo` preset: 1,200 steps within 280 s, numbers task; test exact match
 and character BLEU on the 1,000 held-out numbers) and multi30k_30 (`multi30k_en_de` with
 --train.budget_minutes=30 --model.dropout=0.2, the README's half hour; cased sacreBLEU on
 test_2016_flickr); multi30k_30_warmup1000, the same with the warmup over 1,000 steps (a peak
 learning rate sqrt(2) higher, 0.007), for a host where a model takes more than 0.9 s a step (a
-budget refuses a warmup of 2,000 steps that does not fit its 30 minutes). A learner's model is
+budget refuses a warmup of 2,000 steps that does not fit its 30 minutes); multi30k_30_lr_scale1.25,
+the same with half the preset's peak (0.0025 for 0.0049), for post-norm code. A learner's model is
 built at the preset's n_layers, d_model, d_ff, n_heads and dropout; the preset's other model keys
 (pre-norm, tied embeddings, attention_dropout 0, ...) describe ours only: their code decides.
 Same data, subwords, batches, schedule, budget, label smoothing, precision and validation.
@@ -48,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import torch  # noqa: E402
 
 from _timing import matmul_peaks  # noqa: E402
-from check_cases.cases import HERE as CASES, NOTES  # noqa: E402
+from check_cases.cases import HERE as CASES, NOTES, OPEN_CHOICES  # noqa: E402
 from transformer_mt.common.config import load_config  # noqa: E402
 from transformer_mt.common.errors import UserError  # noqa: E402
 from transformer_mt.common.evaluation import score  # noqa: E402
@@ -59,12 +63,14 @@ from transformer_mt.runs.directory import RunDir, read_events  # noqa: E402
 from transformer_mt.training import fit  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "learner_models.jsonl"
-MODELS = ("ours", "notes", "notes_fixed", "seed003")
+MODELS = ("ours", "notes", "notes_fixed", "seed003", "seed003_pre_norm")
 RECIPES = {  # name -> (preset, overrides)
     "demo": ("demo", []),
     "multi30k_30": ("multi30k_en_de", ["--train.budget_minutes=30", "--model.dropout=0.2"]),
     "multi30k_30_warmup1000": ("multi30k_en_de", ["--train.budget_minutes=30", "--model.dropout=0.2",
                                                   "--train.warmup_steps=1000"]),
+    "multi30k_30_lr_scale1.25": ("multi30k_en_de", ["--train.budget_minutes=30", "--model.dropout=0.2",
+                                                    "--train.lr_scale=1.25"]),
 }
 
 
@@ -74,6 +80,8 @@ def model_file(model: str, folder: Path) -> str | None:
         return None
     if model == "notes":
         return f"{NOTES.write(folder)}:make_model"
+    if model == "seed003_pre_norm":
+        return f"{next(case for case in OPEN_CHOICES if case.name == 'pre_norm').write(folder)}:get_model"
     return f"{CASES / ('annotated.py' if model == 'notes_fixed' else 'tutorial.py')}:" + (
         "make_model" if model == "notes_fixed" else "get_model")
 

@@ -161,6 +161,25 @@ OPEN_CHOICES = [
         ("src_mask = (src != pad).unsqueeze(1)", "src_mask = torch.zeros(src.shape).masked_fill(src == pad, -1e9).unsqueeze(1)"),
         ("tgt_mask = (tgt != pad).unsqueeze(1) & subsequent_mask(tgt.size(1))",
          "tgt_mask = torch.zeros(tgt.shape).masked_fill(tgt == pad, -1e9).unsqueeze(1) + subsequent_mask(tgt.size(1))"))),
+    # the layer order of the tutorial seed 003's components come from: Norm before each sub-layer, a final Norm
+    Case("pre_norm", "tutorial", (
+        ("        x = self.norm_1(x + self.dropout_1(self.attn(x, x, x, mask)))\n"
+         "        return self.norm_2(x + self.dropout_2(self.ff(x)))",
+         "        x2 = self.norm_1(x)\n        x = x + self.dropout_1(self.attn(x2, x2, x2, mask))\n"
+         "        x2 = self.norm_2(x)\n        return x + self.dropout_2(self.ff(x2))"),
+        ("        x = self.norm_1(x + self.dropout_1(self.attn_1(x, x, x, trg_mask)))\n"
+         "        x = self.norm_2(x + self.dropout_2(self.attn_2(x, e_outputs, e_outputs, src_mask)))\n"
+         "        return self.norm_3(x + self.dropout_3(self.ff(x)))",
+         "        x2 = self.norm_1(x)\n        x = x + self.dropout_1(self.attn_1(x2, x2, x2, trg_mask))\n"
+         "        x2 = self.norm_2(x)\n        x = x + self.dropout_2(self.attn_2(x2, e_outputs, e_outputs, src_mask))\n"
+         "        x2 = self.norm_3(x)\n        return x + self.dropout_3(self.ff(x2))"),
+        ("        self.layers = get_clones(EncoderLayer(d_model, heads, d_ff, dropout), N)\n",
+         "        self.layers = get_clones(EncoderLayer(d_model, heads, d_ff, dropout), N)\n        self.norm = Norm(d_model)\n"),
+        ("            x = layer(x, mask)\n        return x", "            x = layer(x, mask)\n        return self.norm(x)"),
+        ("        self.layers = get_clones(DecoderLayer(d_model, heads, d_ff, dropout), N)\n",
+         "        self.layers = get_clones(DecoderLayer(d_model, heads, d_ff, dropout), N)\n        self.norm = Norm(d_model)\n"),
+        ("            x = layer(x, e_outputs, src_mask, trg_mask)\n        return x",
+         "            x = layer(x, e_outputs, src_mask, trg_mask)\n        return self.norm(x)"))),
     Case("log_probabilities_out", "tutorial", (("return self.out(self.decoder(trg, e_outputs, src_mask, trg_mask))",
                                                 "return F.log_softmax(self.out(self.decoder(trg, e_outputs, src_mask, "
                                                 "trg_mask)), -1)"),)),
