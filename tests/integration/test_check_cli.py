@@ -5,6 +5,7 @@ the learner's model: a correct one learns it, one that never reads its source do
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,9 +38,11 @@ def test_the_command_checks_a_file_in_a_child_process_and_writes_nothing_beside_
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_a_correct_model_learns_to_copy() -> None:
-    report = run_checks(open_subject(HERE / "annotated.py"), only=["learns_copy"])
-    assert report.results[0].status == "pass", report.results[0].message
+def test_a_correct_model_learns_to_copy_and_passes_as_soon_as_it_does() -> None:
+    result = run_checks(open_subject(HERE / "annotated.py"), only=["learns_copy"]).results[0]
+    assert result.status == "pass", result.message
+    steps = int(re.search(r"after (\d+) steps", result.message)[1])
+    assert steps < copy_task.STEPS and steps % copy_task.EVALUATE_EVERY == 0
 
 
 def test_a_model_that_never_reads_its_source_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -105,21 +105,30 @@ def test_the_readme_parser_finds_each_command_whole() -> None:
 
 
 def test_every_readme_command_runs_in_order_and_leaves_the_users_files_alone(tmp_path: Path) -> None:
+    """The commands run in tests/integration/readme_shell.py, which imports the toolkit once and
+    forks a process per command (a subprocess each cost the test ~1.5 s of imports per command)."""
     brought = {path: digest(path) for path in users_files(tmp_path)}
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    shell = subprocess.Popen([sys.executable, str(Path(__file__).with_name("readme_shell.py")), str(tmp_path)],
+                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     ran = []
-    for command in readme_commands(README.read_text(encoding="utf-8")):
-        if any(command.startswith(prefix) for prefix in NOT_RUN):
-            continue
-        command = SUBSTITUTED.get(command, command)
-        extra = next((args for prefix, args in SMALLER.items() if command.startswith(prefix)), [])
-        line = " ".join([command, *extra])
-        done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
-        assert "Traceback" not in done.stderr, f"{line}\n{done.stderr[-2000:]}"
-        changed = [str(path.relative_to(tmp_path)) for path, before in brought.items() if digest(path) != before]
-        assert not changed, f"{line} changed the user's {', '.join(changed)}"
-        ran.append(command)
+    try:
+        for command in readme_commands(README.read_text(encoding="utf-8")):
+            if any(command.startswith(prefix) for prefix in NOT_RUN):
+                continue
+            command = SUBSTITUTED.get(command, command)
+            extra = next((args for prefix, args in SMALLER.items() if command.startswith(prefix)), [])
+            line = " ".join([command, *extra])
+            shell.stdin.write(line + "\n")
+            shell.stdin.flush()
+            done = json.loads(shell.stdout.readline())
+            assert done["returncode"] == 0, f"{line}\n{done['stderr'][-2000:]}"
+            assert "Traceback" not in done["stderr"], f"{line}\n{done['stderr'][-2000:]}"
+            changed = [str(path.relative_to(tmp_path)) for path, before in brought.items() if digest(path) != before]
+            assert not changed, f"{line} changed the user's {', '.join(changed)}"
+            ran.append(command)
+    finally:
+        shell.stdin.close()
+        shell.wait(timeout=60)
     assert len(ran) >= 25 and any(c.startswith("transformer-mt evaluate runs/en-de") for c in ran)
