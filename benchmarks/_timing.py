@@ -7,6 +7,7 @@ Not a benchmark itself (no main()); the scripts import it from their own folder.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Callable
@@ -31,8 +32,10 @@ def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
     return 2 * size**3 / best / 1e9
 
 
+@functools.cache
 def matmul_peaks(device: torch.device) -> dict[str, float]:
-    """{"fp32": GFLOP/s, "bf16": GFLOP/s} of `device` (matmul_peak of each)."""
+    """{"fp32": GFLOP/s, "bf16": GFLOP/s} of `device` (matmul_peak of each), measured once per
+    process (~1 s on a CPU): a script's records share it, and so do the tests that call its main()."""
     return {"fp32": matmul_peak(torch.float32, device), "bf16": matmul_peak(torch.bfloat16, device)}
 
 
