@@ -77,7 +77,7 @@ def trained(subject: Subject) -> tuple[int, float, float, float]:
         if time.perf_counter() - started > MAX_SECONDS:
             raise NotChecked(f"{step} of {STEPS} training steps took over {MAX_SECONDS} s at d_model "
                              f"{SIZES.d_model}: too slow to check here")
-        if step % EVALUATE_EVERY == 0 and (exact := copied(subject, model, held_out)) >= EXACT:
+        if (step % EVALUATE_EVERY == 0 or step == STEPS) and (exact := copied(subject, model, held_out)) >= EXACT:
             break
     return step, exact, sum(losses[-50:]) / len(losses[-50:]), time.perf_counter() - started
 
