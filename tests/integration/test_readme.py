@@ -122,7 +122,9 @@ def test_every_readme_command_runs_in_order_and_leaves_the_users_files_alone(tmp
             line = " ".join([command, *extra])
             shell.stdin.write(line + "\n")
             shell.stdin.flush()
-            done = json.loads(shell.stdout.readline())
+            answer = shell.stdout.readline()
+            assert answer, f"{line}: readme_shell.py ended without answering (its stderr is above)"
+            done = json.loads(answer)
             assert done["returncode"] == 0, f"{line}\n{done['stderr'][-2000:]}"
             assert "Traceback" not in done["stderr"], f"{line}\n{done['stderr'][-2000:]}"
             changed = [str(path.relative_to(tmp_path)) for path, before in brought.items() if digest(path) != before]
