@@ -98,10 +98,14 @@ def run(folder: Path, line: str) -> dict:
 
 
 def main() -> None:
-    import transformer_mt.cli  # noqa: F401 - imported once, before any fork: what most commands use
+    import torch._dynamo  # noqa: F401 - imported once, before any fork: torch's optimizers import it (~1.7 s)
+    import transformer_mt.cli  # noqa: F401 - what most commands use
     import transformer_mt.common.evaluation  # noqa: F401
     import transformer_mt.inference.translator  # noqa: F401
     import transformer_mt.training  # noqa: F401
+    import transformer_mt.viz.attention  # noqa: F401 - matplotlib, for the plot commands
+    import transformer_mt.viz.heads  # noqa: F401
+    import transformer_mt.viz.mechanisms  # noqa: F401
 
     folder = Path(sys.argv[1])
     for line in sys.stdin:
