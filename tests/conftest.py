@@ -1,7 +1,11 @@
-"""Shared fixtures: tiny trained run directories (a translation run, a language-model run) that tests use."""
+"""Shared fixtures: tiny trained run directories (a translation run, a language-model run) and
+the one torchrun launch of tests/integration/ddp_worker.py that tests use."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +47,21 @@ def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("lm_run") / "run"
     fit(load_config("lm_tiny", ["--train.max_steps=60", "--data.task_size=500"]), run, progress=False)
     return run
+
+
+@pytest.fixture(scope="session")
+def ddp_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One torchrun launch of tests/integration/ddp_worker.py (two CPU processes, one thread
+    each) for every test that compares two processes with one: its trainings' folders under
+    the returned path, and the launch's result (each launch costs seconds of imports)."""
+    out = tmp_path_factory.mktemp("ddp")
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(Path(__file__).with_name("integration") / "ddp_worker.py"), str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
-"""Helpers the integration tests share: torchrun as the README runs it, one process
-training on one thread (what two single-thread ranks are compared with), the largest
-weight difference, and a small corpus in the Multi30k file layout."""
+"""Helpers the integration tests share: torchrun as the README runs it, one launch of
+tests/integration/ddp_worker.py for every test that compares two processes with one, one process
+training on one thread (what two single-thread ranks are compared with), the largest weight
+difference, and a small corpus in the Multi30k file layout."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from pathlib import Path
 import torch
 
 WORLD_SIZE = 2
+# What tests/integration/ddp_worker.py trains beside its own scenarios, under OUT/<name>/ (the
+# tests that compare each with one process train the same arguments plus train.accumulate=2):
+# a learner's file (the tutorial check case, which every rank imports by path) and a language model.
+TWO_PROCESS_ARGS = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
+                    "--model.dropout=0.0", "--train.precision=fp32"]
+TWO_PROCESS_RUNS = {"learner": "tiny", "lm": "lm_tiny"}  # name: preset
+CHECK_CASES = Path(__file__).resolve().parent / "check_cases"
 
 
 def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

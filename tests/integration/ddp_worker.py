@@ -1,5 +1,5 @@
-"""Run once by tests/integration/test_ddp.py under torchrun: four short trainings in one
-launch, each joining and leaving the process group, so that the suite starts torchrun and
+"""Run once by the suite under torchrun (tests/conftest.py's ddp_launch): six short trainings in
+one launch, each joining and leaving the process group, so that the suite starts torchrun and
 imports torch once for all of them. Each writes under OUT/<name>/:
 
 - average: fit 6 steps, then save this rank's weights and the names of the threads left
@@ -11,9 +11,11 @@ imports torch once for all of them. Each writes under OUT/<name>/:
   shard would).
 - time_cap: the CLI's `train` with train.max_seconds 1.5.
 - budget: the CLI's `train` with train.budget_minutes 0.1.
+- learner, lm: the CLI's `train` of tests/run_helpers.py's TWO_PROCESS_RUNS, which
+  test_learner_run.py and test_language_model_run.py compare with one process.
 
 The CLI runs' exit codes go to OUT/rank<r>_codes.json. Each training joins a process group
-and destroys it at its end, so four groups one after another in one process are part of what
+and destroys it at its end, so six groups one after another in one process are part of what
 this launch checks (training/distributed.join_group).
 
 The ranks take the same steps, so each run's folder is written once (by rank 0)."""
@@ -25,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from run_helpers import CHECK_CASES, TWO_PROCESS_ARGS, TWO_PROCESS_RUNS  # noqa: E402
 from transformer_mt.cli import main
 from transformer_mt.common.config import load_config
 from transformer_mt.training import fit
@@ -74,4 +78,7 @@ codes["time_cap"] = main(["train", "tiny", "--run", str(out / "time_cap"), "--no
                           "--train.max_steps=100000", "--train.valid_every=100000", *TINY])
 codes["budget"] = main(["train", "tiny", "--run", str(out / "budget"), "--no-progress", "--train.budget_minutes=0.1",
                         "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1"])
+for name, preset in TWO_PROCESS_RUNS.items():
+    learner = [f"--model.file={CHECK_CASES / 'tutorial.py'}"] if name == "learner" else []
+    codes[name] = main(["train", preset, "--run", str(out / name), "--no-progress", *TWO_PROCESS_ARGS, *learner])
 (out / f"rank{rank}_codes.json").write_text(json.dumps(codes), encoding="utf-8")

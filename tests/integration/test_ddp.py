@@ -26,7 +26,6 @@ from transformer_mt.training.loss import LabelSmoothingLoss
 
 from run_helpers import WORLD_SIZE, max_difference, torchrun
 
-WORKER = Path(__file__).with_name("ddp_worker.py")
 STEPS = 6  # as in ddp_worker.py
 
 
@@ -81,17 +80,9 @@ def reference_run(cfg: Config, initial: dict, src: list, tgt: list, ranks: list[
 
 
 @pytest.fixture(scope="module")
-def launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
-    """One torchrun launch of ddp_worker.py (two CPU processes, one thread each): its four
-    trainings' folders under the returned path, and the launch's result."""
-    out = tmp_path_factory.mktemp("ddp")
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-         str(WORKER), str(out)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out, result
+def launch(ddp_launch: tuple[Path, subprocess.CompletedProcess]) -> tuple[Path, subprocess.CompletedProcess]:
+    """The suite's one torchrun launch of ddp_worker.py (tests/conftest.py)."""
+    return ddp_launch
 
 
 def exit_codes(out: Path) -> list[dict[str, int]]:

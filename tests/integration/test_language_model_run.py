@@ -4,6 +4,7 @@ the accumulation, generates from the command line, and bad input gets one line."
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections import Counter
@@ -19,7 +20,8 @@ from transformer_mt.data.text_stream import open_text
 from transformer_mt.runs.directory import read_events
 from transformer_mt.training import fit
 
-from run_helpers import assert_same_state, fit_on_one_thread, max_difference, resume_from, torchrun
+from run_helpers import (TWO_PROCESS_ARGS, TWO_PROCESS_RUNS, WORLD_SIZE, assert_same_state, fit_on_one_thread,
+                         max_difference, resume_from)
 
 FAST = ["--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=5", "--data.task_size=500",
         "--model.dropout=0.1", "--train.precision=fp32"]
@@ -168,19 +170,16 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path: Path
     assert_same_state(resume_from(straight, 10, tmp_path / "resumed"))
 
 
-def test_two_processes_train_as_one_with_twice_the_accumulation(tmp_path: Path) -> None:
-    args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
-            "--model.dropout=0.0", "--train.precision=fp32"]
-    result = torchrun("train", "lm_tiny", "--run", str(tmp_path / "two"), "--no-progress", *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
-    one = fit_on_one_thread("lm_tiny", [*args, "--train.accumulate=2"], tmp_path / "one")
+def test_two_processes_train_as_one_with_twice_the_accumulation(ddp_launch, tmp_path: Path) -> None:
+    """The suite's torchrun launch trained lm_tiny on two ranks."""
+    out = ddp_launch[0]
+    assert [json.loads((out / f"rank{r}_codes.json").read_text())["lm"] for r in range(WORLD_SIZE)] == [0, 0]
+    two = torch.load(out / "lm" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
+    one = fit_on_one_thread(TWO_PROCESS_RUNS["lm"], [*TWO_PROCESS_ARGS, "--train.accumulate=2"], tmp_path / "one")
     assert max_difference(two, one.model.state_dict()) <= 1e-6
 
 
 def test_the_language_model_demo_trains_generates_and_draws(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    import json
-
     from transformer_mt.viz.figure import DPI
 
     out = tmp_path / "lm_demo"

@@ -23,9 +23,9 @@ from transformer_mt.runs.directory import load_weights, read_events
 from transformer_mt.server import TranslationService, create_app
 from transformer_mt.training import fit
 
-from run_helpers import assert_same_state, fit_on_one_thread, max_difference, resume_from, torchrun
+from run_helpers import (CHECK_CASES, TWO_PROCESS_ARGS, TWO_PROCESS_RUNS, WORLD_SIZE, assert_same_state,
+                         fit_on_one_thread, max_difference, resume_from)
 
-CASES = Path(__file__).resolve().parents[1] / "check_cases"
 CONVENTIONS = ("annotated", "tutorial")
 LEARNS = ["--train.max_steps=350", "--train.valid_every=350", "--data.task_size=4000"]  # >= 0.93 exact, either
 FAST = ["--train.max_steps=20", "--train.valid_every=10", "--data.task_size=500", "--train.keep_last=20",
@@ -36,7 +36,7 @@ def their_file(folder: Path, name: str, text: str | None = None) -> Path:
     """A learner's file in a folder of its own: a check case, or `text`."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.py"
-    path.write_text(text if text is not None else (CASES / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+    path.write_text(text if text is not None else (CHECK_CASES / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
     return path
 
 
@@ -107,7 +107,7 @@ def test_a_resumed_run_of_their_model_ends_bit_identical_with_their_files_delete
     straight = tmp_path / "straight"
     fit(load_config("tiny", [*FAST, f"--model.file={path}"]), straight, progress=False)
     shutil.rmtree(path.parent)  # the resume reads the run's copies
-    assert (straight / "model_imports" / "tutorial.py").read_bytes() == (CASES / "tutorial.py").read_bytes()
+    assert (straight / "model_imports" / "tutorial.py").read_bytes() == (CHECK_CASES / "tutorial.py").read_bytes()
     assert_same_state(resume_from(straight, 10, tmp_path / "resumed"))
 
 
@@ -122,21 +122,20 @@ def test_a_run_fine_tuned_from_theirs_starts_from_its_weights_with_its_copy(lear
     assert first["loss"] < 0.5  # the copy task already learnt (from scratch: ~3.6 nats)
 
 
-def test_two_processes_train_their_model_as_one_with_twice_the_accumulation(tmp_path: Path) -> None:
-    path = their_file(tmp_path / "mine", "tutorial")
-    args = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
-            "--model.dropout=0.0", "--train.precision=fp32", f"--model.file={path}"]
-    result = torchrun("train", "tiny", "--run", str(tmp_path / "two"), "--no-progress", *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    two = torch.load(tmp_path / "two" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
-    one = fit_on_one_thread("tiny", [*args, "--train.accumulate=2"], tmp_path / "one")
+def test_two_processes_train_their_model_as_one_with_twice_the_accumulation(ddp_launch, tmp_path: Path) -> None:
+    """The suite's torchrun launch trained the tutorial's file on two ranks, each importing it by path."""
+    out = ddp_launch[0]
+    assert [json.loads((out / f"rank{r}_codes.json").read_text())["learner"] for r in range(WORLD_SIZE)] == [0, 0]
+    two = torch.load(out / "learner" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
+    args = [*TWO_PROCESS_ARGS, f"--model.file={CHECK_CASES / 'tutorial.py'}", "--train.accumulate=2"]
+    one = fit_on_one_thread(TWO_PROCESS_RUNS["learner"], args, tmp_path / "one")
     assert max_difference(two, one.model.state_dict()) <= 1e-6
     assert max_difference(two, torch.load(tmp_path / "one" / "checkpoints" / "step_6.pt",
                                           weights_only=True)["model"]) <= 1e-6
 
 
 def patched(old: str, new: str, base: str = "annotated") -> str:
-    text = (CASES / f"{base}.py").read_text(encoding="utf-8")
+    text = (CHECK_CASES / f"{base}.py").read_text(encoding="utf-8")
     assert text.count(old) == 1, old
     return text.replace(old, new)
 
