@@ -38,7 +38,7 @@ def post_norm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformer_mt.training import fit
 
     run = tmp_path_factory.mktemp("post_norm") / "run"
-    fit(tiny_config(model__norm_first="false", train__max_steps=300, train__valid_every=300,
+    fit(tiny_config(model__norm_first="false", train__max_steps=100, train__valid_every=100,
                     train__warmup_steps=50, train__lr_scale=0.5, data__task_size=2000), run, progress=False)
     return run
 
@@ -131,7 +131,7 @@ def test_a_decoder_shallower_than_the_encoder_exports(tmp_path: Path) -> None:
     from transformer_mt.training import fit
 
     run = tmp_path / "run"
-    fit(tiny_config(model__n_layers=3, model__decoder_layers=1, train__max_steps=150, train__valid_every=150,
+    fit(tiny_config(model__n_layers=3, model__decoder_layers=1, train__max_steps=60, train__valid_every=60,
                     train__warmup_steps=50, train__lr_scale=0.5, data__task_size=1000), run, progress=False)
     assert main(["-q", "export", "hf", str(run), "--out", str(tmp_path / "hf")]) == 0
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
