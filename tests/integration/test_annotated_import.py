@@ -404,7 +404,7 @@ def test_fine_tuning_continues_their_model(notes: dict, tmp_path: Path) -> None:
     files = [f"--data.{split}_{side}={data / f'{split}.{side}'}" for split in ("train", "valid") for side in ("src", "tgt")]
     tuned = tmp_path / "tuned"
     assert main(["-q", "train", str(run / "config.yaml"), "--run", str(tuned), "--init-from", str(run),
-                 "--no-progress", "--data.task=", *files, "--train.max_steps=100", "--train.valid_every=100",
+                 "--no-progress", "--data.task=", *files, "--train.max_steps=50", "--train.valid_every=50",
                  "--train.schedule=constant", "--train.lr=1e-3", "--train.label_smoothing=0", "--model.dropout=0",
                  "--train.device=cpu", "--train.precision=fp32"]) == 0
     sources, references = notes["src"][540:600], notes["tgt"][540:600]
