@@ -76,11 +76,12 @@ def teach(model: MarianMTModel, tok: HFMarianTokenizer, steps: int = 300) -> Non
     """A few Adam steps on the word-for-word task, so that outputs end at various lengths
     (a random model ends all at once or never), as Hugging Face trains: labels, pad -> -100."""
     src, tgt = corpus(512, seed=2)
+    batches = [tok(src[start:start + 32], text_target=tgt[start:start + 32], padding=True, return_tensors="pt")
+               for start in range(0, 512, 32)]  # tokenized once: the steps cycle through them
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
     model.train()
     for step in range(steps):
-        rows = slice(step * 32 % 512, step * 32 % 512 + 32)
-        batch = tok(src[rows], text_target=tgt[rows], padding=True, return_tensors="pt")
+        batch = batches[step % len(batches)]
         labels = batch["labels"].masked_fill(batch["labels"] == model.config.pad_token_id, -100)
         model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=labels).loss.backward()
         optimizer.step()
