@@ -20,12 +20,12 @@ def test_a_budgeted_run_is_scored_kept_and_charted(tmp_path: Path, monkeypatch: 
     ttq = load_benchmark("time_to_quality")
     write_multi30k(tmp_path / "data", ("en", "de"), lines=40, splits=("train", "val", "test_2016_flickr", "test_2017_flickr"), seed=1)
     results, chart = tmp_path / "results.jsonl", tmp_path / "ttq.png"
-    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.05", "--data", str(tmp_path / "data"),
+    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.02", "--data", str(tmp_path / "data"),
             "--out", str(tmp_path / "runs"), "--results", str(results), "--json", *SMALL]
     monkeypatch.setattr(sys, "argv", argv)
     assert ttq.main() == 0
     (record,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert record["budget_minutes"] == 0.05 and record["steps"] >= 2
+    assert record["budget_minutes"] == 0.02 and record["steps"] >= 2
     assert set(record["test"]) == {"test_2016_flickr", "test_2017_flickr"}
     assert all(0 <= v["bleu"] <= 100 and v["bleu_lc_tok"] is not None for v in record["test"].values())
     assert record["peaks_gflops"]["fp32"] > 0
@@ -252,7 +252,7 @@ def test_lowercase_trains_and_scores_lowercased_text_as_a_recipe_of_its_own(
             words = handle.read().split(" ")
         with gzip.open(path, "wt", encoding="utf-8") as handle:
             handle.write(" ".join(w.upper() if i % 2 == 0 else w for i, w in enumerate(words)))
-    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.05", "--data", str(data),
+    argv = ["time_to_quality.py", "--preset", "multi30k_en_de", "--budgets", "0.02", "--data", str(data),
             "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results.jsonl"), "--json", "--lowercase",
             *SMALL]
     monkeypatch.setattr(sys, "argv", argv)
