@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from run_helpers import WORLD_SIZE
 from transformer_mt.common.config import load_config
 
 torch.set_num_threads(2)
@@ -56,7 +57,7 @@ def ddp_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproce
     the returned path, and the launch's result (each launch costs seconds of imports)."""
     out = tmp_path_factory.mktemp("ddp")
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
          str(Path(__file__).with_name("integration") / "ddp_worker.py"), str(out)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )

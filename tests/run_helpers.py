@@ -1,7 +1,7 @@
-"""Helpers the integration tests share: torchrun as the README runs it, one launch of
-tests/integration/ddp_worker.py for every test that compares two processes with one, one process
-training on one thread (what two single-thread ranks are compared with), the largest weight
-difference, and a small corpus in the Multi30k file layout."""
+"""Helpers the integration tests share: torchrun as the README runs it, what the suite's one
+launch of tests/integration/ddp_worker.py trains for the tests that compare two processes with
+one, one process training on one thread (what two single-thread ranks are compared with), the
+largest weight difference, and a small corpus in the Multi30k file layout."""
 
 from __future__ import annotations
 
