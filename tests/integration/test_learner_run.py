@@ -38,7 +38,8 @@ def their_file(folder: Path, name: str, text: str | None = None) -> Path:
     """A learner's file in a folder of its own: a check case, or `text`."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.py"
-    path.write_text(text if text is not None else (CHECK_CASES / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+    text = text if text is not None else (CHECK_CASES / f"{name}.py").read_text(encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 
