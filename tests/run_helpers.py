@@ -6,6 +6,7 @@ largest weight difference, and a small corpus in the Multi30k file layout."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
 import subprocess
@@ -14,14 +15,16 @@ from pathlib import Path
 
 import torch
 
+from check_cases.cases import HERE as CHECK_CASES
+
 WORLD_SIZE = 2
-# What tests/integration/ddp_worker.py trains beside its own scenarios, under OUT/<name>/ (the
-# tests that compare each with one process train the same arguments plus train.accumulate=2):
-# a learner's file (the tutorial check case, which every rank imports by path) and a language model.
-TWO_PROCESS_ARGS = ["--train.max_steps=6", "--train.valid_every=6", "--data.task_size=400", "--train.device=cpu",
-                    "--model.dropout=0.0", "--train.precision=fp32"]
-TWO_PROCESS_RUNS = {"learner": "tiny", "lm": "lm_tiny"}  # name: preset
-CHECK_CASES = Path(__file__).resolve().parent / "check_cases"
+TWO_PROCESS_STEPS = 6
+TWO_PROCESS_ARGS = [f"--train.max_steps={TWO_PROCESS_STEPS}", f"--train.valid_every={TWO_PROCESS_STEPS}",
+                    "--data.task_size=400", "--train.device=cpu", "--model.dropout=0.0", "--train.precision=fp32"]
+# What tests/integration/ddp_worker.py trains beside its own scenarios, under OUT/<name>/, each with
+# TWO_PROCESS_ARGS (name: preset, its own arguments): a learner's file (the tutorial check case,
+# which every rank imports by path) and a language model.
+TWO_PROCESS_RUNS = {"learner": ("tiny", [f"--model.file={CHECK_CASES / 'tutorial.py'}"]), "lm": ("lm_tiny", [])}
 
 
 def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -43,6 +46,24 @@ def fit_on_one_thread(preset: str, args: list[str], run: Path):
         return fit(load_config(preset, args), run, progress=False)
     finally:
         torch.set_num_threads(threads)
+
+
+def exit_codes(out: Path) -> list[dict[str, int]]:
+    """Each rank's exit codes of ddp_worker.py's CLI runs under OUT, by name."""
+    return [json.loads((out / f"rank{r}_codes.json").read_text()) for r in range(WORLD_SIZE)]
+
+
+def two_process_weights(out: Path, name: str) -> dict[str, torch.Tensor]:
+    """The weights ddp_worker.py's two ranks trained as OUT/<name> (TWO_PROCESS_RUNS), both having exited 0."""
+    assert [codes[name] for codes in exit_codes(out)] == [0] * WORLD_SIZE
+    return torch.load(out / name / "checkpoints" / f"step_{TWO_PROCESS_STEPS}.pt", weights_only=True)["model"]
+
+
+def one_process_run(name: str, run: Path):
+    """TWO_PROCESS_RUNS[name] trained by one process on one thread with twice the accumulation:
+    what its two ranks must equal."""
+    preset, args = TWO_PROCESS_RUNS[name]
+    return fit_on_one_thread(preset, [*TWO_PROCESS_ARGS, *args, "--train.accumulate=2"], run)
 
 
 def max_difference(a: dict, b: dict) -> float:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from run_helpers import CHECK_CASES, TWO_PROCESS_ARGS, TWO_PROCESS_RUNS  # noqa: E402
+from run_helpers import TWO_PROCESS_ARGS, TWO_PROCESS_RUNS  # noqa: E402
 from transformer_mt.cli import main
 from transformer_mt.common.config import load_config
 from transformer_mt.training import fit
@@ -78,7 +78,6 @@ codes["time_cap"] = main(["train", "tiny", "--run", str(out / "time_cap"), "--no
                           "--train.max_steps=100000", "--train.valid_every=100000", *TINY])
 codes["budget"] = main(["train", "tiny", "--run", str(out / "budget"), "--no-progress", "--train.budget_minutes=0.1",
                         "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1"])
-for name, preset in TWO_PROCESS_RUNS.items():
-    learner = [f"--model.file={CHECK_CASES / 'tutorial.py'}"] if name == "learner" else []
-    codes[name] = main(["train", preset, "--run", str(out / name), "--no-progress", *TWO_PROCESS_ARGS, *learner])
+for name, (preset, args) in TWO_PROCESS_RUNS.items():
+    codes[name] = main(["train", preset, "--run", str(out / name), "--no-progress", *TWO_PROCESS_ARGS, *args])
 (out / f"rank{rank}_codes.json").write_text(json.dumps(codes), encoding="utf-8")

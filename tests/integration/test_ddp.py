@@ -24,7 +24,7 @@ from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
 from transformer_mt.training.loss import LabelSmoothingLoss
 
-from run_helpers import WORLD_SIZE, max_difference, torchrun
+from run_helpers import WORLD_SIZE, exit_codes, max_difference, torchrun
 
 STEPS = 6  # as in ddp_worker.py
 
@@ -83,11 +83,6 @@ def reference_run(cfg: Config, initial: dict, src: list, tgt: list, ranks: list[
 def launch(ddp_launch: tuple[Path, subprocess.CompletedProcess]) -> tuple[Path, subprocess.CompletedProcess]:
     """The suite's one torchrun launch of ddp_worker.py (tests/conftest.py)."""
     return ddp_launch
-
-
-def exit_codes(out: Path) -> list[dict[str, int]]:
-    """Each rank's exit codes of the worker's CLI runs, by name."""
-    return [json.loads((out / f"rank{r}_codes.json").read_text()) for r in range(WORLD_SIZE)]
 
 
 def test_torchrun_two_ranks_train_as_one_process_averaging_their_gradients(launch) -> None:

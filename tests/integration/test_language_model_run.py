@@ -20,8 +20,7 @@ from transformer_mt.data.text_stream import open_text
 from transformer_mt.runs.directory import read_events
 from transformer_mt.training import fit
 
-from run_helpers import (TWO_PROCESS_ARGS, TWO_PROCESS_RUNS, WORLD_SIZE, assert_same_state, fit_on_one_thread,
-                         max_difference, resume_from)
+from run_helpers import assert_same_state, max_difference, one_process_run, resume_from, two_process_weights
 
 FAST = ["--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=5", "--data.task_size=500",
         "--model.dropout=0.1", "--train.precision=fp32"]
@@ -172,11 +171,8 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path: Path
 
 def test_two_processes_train_as_one_with_twice_the_accumulation(ddp_launch, tmp_path: Path) -> None:
     """The suite's torchrun launch trained lm_tiny on two ranks."""
-    out = ddp_launch[0]
-    assert [json.loads((out / f"rank{r}_codes.json").read_text())["lm"] for r in range(WORLD_SIZE)] == [0, 0]
-    two = torch.load(out / "lm" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
-    one = fit_on_one_thread(TWO_PROCESS_RUNS["lm"], [*TWO_PROCESS_ARGS, "--train.accumulate=2"], tmp_path / "one")
-    assert max_difference(two, one.model.state_dict()) <= 1e-6
+    two = two_process_weights(ddp_launch[0], "lm")
+    assert max_difference(two, one_process_run("lm", tmp_path / "one").model.state_dict()) <= 1e-6
 
 
 def test_the_language_model_demo_trains_generates_and_draws(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

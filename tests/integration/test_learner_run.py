@@ -23,8 +23,8 @@ from transformer_mt.runs.directory import load_weights, read_events
 from transformer_mt.server import TranslationService, create_app
 from transformer_mt.training import fit
 
-from run_helpers import (CHECK_CASES, TWO_PROCESS_ARGS, TWO_PROCESS_RUNS, WORLD_SIZE, assert_same_state,
-                         fit_on_one_thread, max_difference, resume_from)
+from run_helpers import (CHECK_CASES, TWO_PROCESS_STEPS, assert_same_state, max_difference, one_process_run,
+                         resume_from, two_process_weights)
 
 CONVENTIONS = ("annotated", "tutorial")
 # 350 steps of 512 tokens: 0.99 and 0.91 exact on validation (annotated, tutorial; 1,024 tokens: 0.97 and 0.945
@@ -127,13 +127,10 @@ def test_a_run_fine_tuned_from_theirs_starts_from_its_weights_with_its_copy(lear
 
 def test_two_processes_train_their_model_as_one_with_twice_the_accumulation(ddp_launch, tmp_path: Path) -> None:
     """The suite's torchrun launch trained the tutorial's file on two ranks, each importing it by path."""
-    out = ddp_launch[0]
-    assert [json.loads((out / f"rank{r}_codes.json").read_text())["learner"] for r in range(WORLD_SIZE)] == [0, 0]
-    two = torch.load(out / "learner" / "checkpoints" / "step_6.pt", weights_only=True)["model"]
-    args = [*TWO_PROCESS_ARGS, f"--model.file={CHECK_CASES / 'tutorial.py'}", "--train.accumulate=2"]
-    one = fit_on_one_thread(TWO_PROCESS_RUNS["learner"], args, tmp_path / "one")
+    two = two_process_weights(ddp_launch[0], "learner")
+    one = one_process_run("learner", tmp_path / "one")
     assert max_difference(two, one.model.state_dict()) <= 1e-6
-    assert max_difference(two, torch.load(tmp_path / "one" / "checkpoints" / "step_6.pt",
+    assert max_difference(two, torch.load(tmp_path / "one" / "checkpoints" / f"step_{TWO_PROCESS_STEPS}.pt",
                                           weights_only=True)["model"]) <= 1e-6
 
 
