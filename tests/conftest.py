@@ -4,6 +4,7 @@ the one torchrun launch of tests/integration/ddp_worker.py that tests use."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -52,15 +53,33 @@ def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def ddp_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
-    """One torchrun launch of tests/integration/ddp_worker.py (two CPU processes, one thread
-    each) for every test that compares two processes with one: its trainings' folders under
-    the returned path, and the launch's result (each launch costs seconds of imports)."""
+    """One launch of tests/integration/ddp_worker.py (two CPU processes, one thread each) for
+    every test that compares two processes with one: its trainings' folders under the returned
+    path, and the launch's result (its stderr both launchers'; each launch costs seconds of
+    imports). Two 'nodes': two torchrun launchers of one process each, joined by torchrun's
+    c10d rendezvous on localhost, as two machines would be; whichever becomes rank 0, each
+    rank keeps its shard and its dropout seed, so this trains what one launcher of two
+    processes trains."""
     out = tmp_path_factory.mktemp("ddp")
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-         str(Path(__file__).with_name("integration") / "ddp_worker.py"), str(out)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(WORLD_SIZE), "--nproc_per_node", "1",
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+            str(Path(__file__).with_name("integration") / "ddp_worker.py"), str(out)]
+    logs = [out / f"node{n}.log" for n in range(WORLD_SIZE)]  # files, not pipes: neither launcher waits on a full one
+    nodes = []
+    for log in logs:
+        with open(log, "w", encoding="utf-8") as stderr:
+            nodes.append(subprocess.Popen(node, stdout=subprocess.DEVNULL, stderr=stderr,
+                                          env={**os.environ, "OMP_NUM_THREADS": "1"}))
+    try:
+        codes = [n.wait(timeout=300) for n in nodes]
+    finally:
+        for n in nodes:
+            n.kill() if n.poll() is None else None
+    stderr = "".join(log.read_text(encoding="utf-8") for log in logs)
+    result = subprocess.CompletedProcess(node, max(codes), "", stderr)
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result
 

@@ -26,6 +26,11 @@ TWO_PROCESS_ARGS = [f"--train.max_steps={TWO_PROCESS_STEPS}", f"--train.valid_ev
 # which every rank imports by path) and a language model.
 TWO_PROCESS_RUNS = {"learner": ("tiny", [f"--model.file={CHECK_CASES / 'tutorial.py'}"]), "lm": ("lm_tiny", [])}
 
+# The README's torchrun scenario (tests/integration/test_ddp.py): a run killed after step 10 and
+# resumed must equal ddp_worker.py's uninterrupted OUT/nodes, dropout on (each rank draws its own).
+README_SCENARIO = ["--no-progress", "--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=10",
+                   "--model.dropout=0.1", "--data.task_size=400", "--train.device=cpu", "--train.precision=fp32"]
+
 
 def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """The README's command line: torchrun ... -m transformer_mt -- train ..."""

@@ -1,6 +1,6 @@
-"""Run once by the suite under torchrun (tests/conftest.py's ddp_launch): six short trainings in
-one launch, each joining and leaving the process group, so that the suite starts torchrun and
-imports torch once for all of them. Each writes under OUT/<name>/:
+"""Run once by the suite under torchrun (tests/conftest.py's ddp_launch, two nodes): seven
+short trainings in one launch, each joining and leaving the process group, so that the suite
+starts torchrun and imports torch once for all of them. Each writes under OUT/<name>/:
 
 - average: fit 6 steps, then save this rank's weights and the names of the threads left
   once training has returned (its process group destroyed). Rank 0 also records what a
@@ -13,9 +13,11 @@ imports torch once for all of them. Each writes under OUT/<name>/:
 - budget: the CLI's `train` with train.budget_minutes 0.1.
 - learner, lm: the CLI's `train` of tests/run_helpers.py's TWO_PROCESS_RUNS, which
   test_learner_run.py and test_language_model_run.py compare with one process.
+- nodes: the CLI's `train tiny` of run_helpers.README_SCENARIO, uninterrupted: what the README's
+  torchrun command killed and resumed must equal (test_ddp.py).
 
 The CLI runs' exit codes go to OUT/rank<r>_codes.json. Each training joins a process group
-and destroys it at its end, so six groups one after another in one process are part of what
+and destroys it at its end, so seven groups one after another in one process are part of what
 this launch checks (training/distributed.join_group).
 
 The ranks take the same steps, so each run's folder is written once (by rank 0)."""
@@ -28,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from run_helpers import TWO_PROCESS_ARGS, TWO_PROCESS_RUNS  # noqa: E402
+from run_helpers import README_SCENARIO, TWO_PROCESS_ARGS, TWO_PROCESS_RUNS  # noqa: E402
 from transformer_mt.cli import main
 from transformer_mt.common.config import load_config
 from transformer_mt.training import fit
@@ -80,4 +82,5 @@ codes["budget"] = main(["train", "tiny", "--run", str(out / "budget"), "--no-pro
                         "--train.warmup_steps=5", "--data.task_size=300", "--train.device=cpu", "--train.log_every=1"])
 for name, (preset, args) in TWO_PROCESS_RUNS.items():
     codes[name] = main(["train", preset, "--run", str(out / name), "--no-progress", *TWO_PROCESS_ARGS, *args])
+codes["nodes"] = main(["train", "tiny", "--run", str(out / "nodes"), *README_SCENARIO])
 (out / f"rank{rank}_codes.json").write_text(json.dumps(codes), encoding="utf-8")

@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
 from transformer_mt.training.loss import LabelSmoothingLoss
 
-from run_helpers import WORLD_SIZE, exit_codes, max_difference, torchrun
+from run_helpers import README_SCENARIO, WORLD_SIZE, exit_codes, max_difference, torchrun
 
 STEPS = 6  # as in ddp_worker.py
 
@@ -184,30 +183,22 @@ def test_a_nan_on_one_rank_stops_both_with_one_message(launch) -> None:
     assert all(t.isfinite().all() for t in state["model"].values())
 
 
-SCENARIO = ["--no-progress", "--train.max_steps=20", "--train.valid_every=10", "--train.keep_last=10",
-            "--model.dropout=0.1", "--data.task_size=400", "--train.device=cpu", "--train.precision=fp32"]
-
-
 def readme_command() -> list[str]:
-    """The README's torchrun line, as printed, with SCENARIO's overrides appended."""
+    """The README's torchrun line, as printed, with README_SCENARIO's overrides appended."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     line = re.search(r"`(torchrun --nproc_per_node 2 -m transformer_mt [^`]*)`", readme).group(1)
     command = shlex.split(line)
     command[0] = str(Path(sys.executable).with_name("torchrun"))
-    return [*command, *SCENARIO]
+    return [*command, *README_SCENARIO]
 
 
-def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_runs_on_two_nodes(
-        tmp_path: Path) -> None:
+def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed(launch, tmp_path: Path) -> None:
     """The README's torchrun line on two CPU processes, dropout on (each rank draws its own):
     1. its launcher alone killed (SIGKILL) after the checkpoint of step 10: the workers end
        too (PR_SET_PDEATHSIG), the last checkpoint stays loadable;
-    2. resumed with torchrun: the weights of an uninterrupted run, bit for bit; the
-       uninterrupted run is
-    3. the same run by two launchers of one process each, joined by torchrun's c10d
-       rendezvous on localhost (two 'nodes'): every rank's random states saved, in rank order.
-    (Whichever launcher's process becomes rank 0, each rank keeps its shard and its dropout
-    seed, so two nodes train what one node of two processes trains.)"""
+    2. resumed with torchrun: the weights of the uninterrupted run, bit for bit; the
+       uninterrupted run is the suite's launch's `nodes` (two launchers, one process each):
+       every rank's random states saved, in rank order."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = readme_command()
     run = tmp_path / command[command.index("--run") + 1]
@@ -237,21 +228,8 @@ def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed_and_run
     assert resumed.stderr.count("finished at step") == 1  # rank 0 alone speaks
     assert resumed.stderr.count(": validation loss") == resumed.stderr.count("step 20: validation loss") == 1
 
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "-m", "transformer_mt", "--",
-            "train", "tiny", "--run", str(tmp_path / "nodes"), *SCENARIO]
-    nodes = [subprocess.Popen(node, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
-    try:
-        outputs = [n.communicate(timeout=240)[1] for n in nodes]
-    finally:
-        for n in nodes:
-            n.kill() if n.poll() is None else None
-    assert all(n.returncode == 0 for n in nodes), [output[-3000:] for output in outputs]
-    uninterrupted = torch.load(tmp_path / "nodes" / "checkpoints" / "step_20.pt", weights_only=True)
+    assert [codes["nodes"] for codes in exit_codes(launch[0])] == [0] * WORLD_SIZE
+    uninterrupted = torch.load(launch[0] / "nodes" / "checkpoints" / "step_20.pt", weights_only=True)
     rng = uninterrupted["rng"]
     assert len(rng) == WORLD_SIZE and not torch.equal(rng[0]["torch"], rng[1]["torch"])
     resumed_weights = torch.load(run / "checkpoints" / "step_20.pt", weights_only=True)["model"]

@@ -47,7 +47,7 @@ SMALLER = {
     "transformer-mt train small": [*TRAIN_SMALL, "--model.n_layers=1", "--model.d_model=64", "--model.d_ff=128"],
     "transformer-mt train lm_small": [*TRAIN_SMALL, "--model.n_layers=1", "--model.d_model=64", "--model.d_ff=128",
                                       "--data.block_size=32"],
-    "transformer-mt plot heads": ["--sentences", "10"],
+    "transformer-mt plot heads": ["--sentences", "3"],
 }
 
 
