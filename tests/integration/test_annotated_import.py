@@ -284,7 +284,7 @@ def test_log_probabilities_equal_theirs(notes: dict, name: str) -> None:
 def test_greedy_translations_equal_their_translate(notes: dict, name: str, tmp_path: Path, capsys) -> None:
     run = import_run(notes, name)
     src_vocab, tgt_vocab = notes["vocabs"]
-    lines = SENTENCES + notes["src"][500:530]
+    lines = SENTENCES + notes["src"][500:510 if name == "early" else 530]  # early's run to the cap, without a cache
     theirs = [their_translate(notes["models"][name], line, src_vocab, tgt_vocab) for line in lines]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     assert main(["-q", "translate", str(run), "-i", str(tmp_path / "in.txt"), "--beam", "1"]) == 0
