@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from transformer_mt.cli import main
-from transformer_mt.data.specials import UNK_ID
+from transformer_mt.common.specials import UNK_ID
 from transformer_mt.data.tokenizers.word_vocab import our_rows
 from transformer_mt.model.transformer import NEVER_LOGIT
 from transformer_mt.runs.directory import RunDir, load_run_model

@@ -14,7 +14,7 @@ import torch
 
 from transformer_mt.cli import main
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.data.specials import PAD_ID
+from transformer_mt.common.specials import PAD_ID
 from transformer_mt.common.errors import UserError
 from transformer_mt.runs.directory import RunDir, load_run_model, save_weights
 from transformer_mt.inference.translator import Translator

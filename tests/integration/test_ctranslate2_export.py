@@ -23,7 +23,7 @@ from torch import nn
 
 from conftest import tiny_config
 from transformer_mt.cli import main
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.common.errors import UserError
 from transformer_mt.model import build_model
 from transformer_mt.model.masks import padding_mask

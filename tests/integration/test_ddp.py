@@ -18,7 +18,7 @@ import torch
 
 from transformer_mt.common.config import Config, load_config
 from transformer_mt.data.batching import Batch, BatchStream
-from transformer_mt.data.specials import PAD_ID
+from transformer_mt.common.specials import PAD_ID
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.transformer import build_model
 from transformer_mt.training.loss import LabelSmoothingLoss

@@ -11,7 +11,7 @@ import torch
 
 from transformer_mt.cli import main
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.runs.directory import RunDir, load_run_model
 

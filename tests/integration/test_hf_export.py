@@ -20,7 +20,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
 from conftest import tiny_config  # noqa: E402
 
 from transformer_mt.cli import main  # noqa: E402
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from transformer_mt.model.transformer import build_model  # noqa: E402
 from transformer_mt.runs.directory import RunDir, load_run_model, save_weights  # noqa: E402
 from transformer_mt.inference.translator import Translator  # noqa: E402

@@ -22,7 +22,7 @@ from test_finetune import digest, loss_on  # noqa: E402  (the measures the fine-
 
 from transformer_mt.cli import main  # noqa: E402
 from transformer_mt.data.tokenizers.marian import MarianTokenizer  # noqa: E402
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from transformer_mt.interop.marian import import_marian  # noqa: E402
 from transformer_mt.model.embeddings import sinusoidal_encoding  # noqa: E402
 from transformer_mt.model.masks import padding_mask  # noqa: E402

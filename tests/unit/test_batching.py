@@ -7,7 +7,7 @@ import random
 import pytest
 
 from transformer_mt.data.batching import BatchStream, batch_indices, collate, padding_fraction
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID
 
 
 def lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:

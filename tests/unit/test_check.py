@@ -27,7 +27,7 @@ from transformer_mt.model.measures import embedding_to_position, near_copies
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "transformer_mt"
 ISSUE_IDS = ["mask", "causal", "padding", "attention", "heads", "positional_encoding", "embedding_scale", "layer_norm",
-             "residual", "feed_forward", "dropout", "shared_layers", "gradients", "cloned_init", "source_used",
+             "residual", "feed_forward", "dropout", "shared_layers", "registered", "gradients", "cloned_init", "source_used",
              "output", "projections", "embedding_init", "parameter_count", "learns_copy"]
 MODEL = "import torch\nfrom torch import nn\n"
 BAD_FILES = {  # file text, NAME -> what the one line must say

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from check_cases.cases import BUGS, HERE, NOTES, OPEN_CHOICES, Case
+from check_cases.mistakes import MISTAKES, Mistake
 from transformer_mt.check.report import Report, run_checks
 from transformer_mt.check.subject import open_subject
 from transformer_mt.learner.building import Sizes
@@ -111,7 +112,20 @@ def test_the_failures_name_the_part_and_the_slip(tmp_path: Path) -> None:
 
 
 def test_a_bug_in_one_place_points_there(tmp_path: Path) -> None:
-    """dropout still active in eval: the two passes part first in the feed-forward network's own code."""
+    """dropout still active in eval: the finding names the feed-forward network's line that drops."""
     case = next(case for case in BUGS if case.name == "dropout_in_eval")
-    report = run_checks(open_subject(case.write(tmp_path)), only=["dropout"])
-    assert "first in the code of encoder.layers.0.feed_forward (PositionwiseFeedForward)" in report.results[0].message
+    path = case.write(tmp_path)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "F.dropout(hidden, 0.1)" in text)
+    report = run_checks(open_subject(path), only=["dropout"])
+    assert f"dropout_in_eval.py:{line}: `return self.w_2(F.dropout(hidden, 0.1))`" in report.results[0].message
+
+
+@pytest.mark.parametrize("mistake", [m for m in MISTAKES if m.check], ids=lambda m: m.case.name)
+def test_a_learners_mistake_fails_its_own_check_in_its_own_words(tmp_path: Path, mistake: Mistake) -> None:
+    """Layers in a plain list, dropout forced on, a padding id of their own, a residual added in
+    place: each fails the check named for it, saying so (not `causal`: the decoder sees no future)."""
+    report = checked(mistake.case.write(tmp_path))
+    failed = {result.id: result.message for result in report.results if result.status == "fail"}
+    assert mistake.check in failed and "causal" not in failed, report.text()
+    for part in mistake.says:
+        assert part in failed[mistake.check], failed[mistake.check]

@@ -14,14 +14,16 @@ import torch
 
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.paper_equations import smoothed_distribution
-from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID
 from transformer_mt.decoding.beam import beam_search
 from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.learner.building import Sizes
 from transformer_mt.learner.loading import load_file
 from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner, output_fits, outputs_of
 from transformer_mt.model.masks import padding_mask
-from transformer_mt.training.learner import LearnerFile, check_before_training
+from transformer_mt.training.learner import LearnerFile, check_before_training, untrainable
+
+from check_cases.mistakes import BY_NAME
 from transformer_mt.training.loss import LabelSmoothingLoss
 
 CASES = Path(__file__).resolve().parents[1] / "check_cases"
@@ -122,7 +124,7 @@ def test_an_output_that_is_not_over_the_target_vocabulary_is_refused(tmp_path: P
     path = tmp_path / "wide.py"
     path.write_text(text)
     model = build_learner(load_file(path), LearnerSource(path), SIZES, 0)
-    with pytest.raises(UserError, match=r"wide.py: the model's output .* shape \(1, 6, 32\), not \(1, 6, 19\)"):
+    with pytest.raises(UserError, match=r"wide.py: the model's output .* shape \(3, 6, 32\), not \(3, 6, 19\)"):
         output_fits(model, path)
 
 
@@ -214,3 +216,16 @@ def test_decoding_runs_the_tutorials_encoder_once_per_source_where_that_gives_th
     with torch.inference_mode():
         for row, source in zip(tokens.tolist(), sources()):
             assert [t for t in row if t != PAD_ID] == hand_greedy(model, source[source != PAD_ID][None])
+
+
+def test_a_builder_with_one_vocabulary_size_is_refused_for_a_run_with_two(tmp_path: Path) -> None:
+    """make_model(vocab, ...) built for a run whose tokenizer has 23 source and 19 target tokens:
+    one line naming both, not a model silently built with 23 on both sides."""
+    mistake = BY_NAME["one_vocabulary"]
+    path = mistake.case.write(tmp_path)
+    model = build_learner(load_file(path), LearnerSource(path), SIZES, 0)
+    assert (model.sizes.src_vocab, model.sizes.tgt_vocab) == (23, 23)
+    problem = untrainable(model, path, SIZES)
+    assert problem is not None and "23 source and 19 target tokens" in problem
+    assert all(part in problem for part in mistake.says), problem
+    assert untrainable(learner("annotated"), CASES / "annotated.py", SIZES) is None

@@ -13,7 +13,7 @@ import sentencepiece as spm
 from transformer_mt.data.blocks import BlockStream, validation_blocks
 from transformer_mt.data.corpus import CorpusError
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
-from transformer_mt.data.specials import EOS_ID
+from transformer_mt.common.specials import EOS_ID
 from transformer_mt.data.text_stream import TextPaths, prepare_text
 from transformer_mt.data.toy_corpora import is_well_formed, number_lines
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.data.toy_corpora import numbers_corpus
 from transformer_mt.common.errors import UserError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.decoding.trace import FINISHED, KEPT, PRUNED
 from transformer_mt.common.errors import UserError
 from transformer_mt.model.masks import padding_mask

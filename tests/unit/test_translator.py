@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import TINY_RUN_STEPS
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.common.device import has_fast_bf16
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.evaluation import score

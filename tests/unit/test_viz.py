@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from transformer_mt.cli import main
-from transformer_mt.data.specials import PAD_ID
+from transformer_mt.common.specials import PAD_ID
 from transformer_mt.common.errors import UserError
 from transformer_mt.model.masks import padding_mask
 from transformer_mt.model.recording import record_attention

@@ -15,7 +15,7 @@ import torch
 
 from transformer_mt.common.config import ConfigError, DataConfig, load_config
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
-from transformer_mt.data.specials import PAD_ID, UNK_ID
+from transformer_mt.common.specials import PAD_ID, UNK_ID
 from transformer_mt.data.vocabulary import load_or_train_tokenizer
 
 # Thirty words, each with its own count (40 down to 11), so the most frequent N are one
@@ -112,7 +112,7 @@ def notes_translate(model, words: SentencePieceTokenizer, sentence: str, max_len
     padding id for an unknown one, eos; the source mask (src != pad); greedy decoding of the
     whole prefix at every step (pad and bos never chosen, as the translator bans them), up
     to max_len tokens or eos. Returns the output ids without eos."""
-    from transformer_mt.data.specials import BOS_ID, EOS_ID
+    from transformer_mt.common.specials import BOS_ID, EOS_ID
 
     vocabulary = {piece: i for i, piece in enumerate(words.id_to_piece(list(range(len(words)))))}
     src = torch.tensor([[vocabulary.get("\u2581" + w, PAD_ID) for w in sentence.split()] + [EOS_ID]])

@@ -10,13 +10,13 @@ from typing import Callable
 
 import torch
 
-from transformer_mt.learner.building import PAD
+from transformer_mt.common.specials import PAD_ID
+from transformer_mt.learner.faults import DROPOUT_FIX, backward_problem, eval_dropout_message
 from transformer_mt.learner.masks import ENCODINGS, MaskPair, kit_masks, may_attend, squeezed
 from transformer_mt.learner.recording import attention_calls, attention_role, first_difference, record
 from transformer_mt.check.result import NotChecked, Outcome, difference, differs, failed, passed
-from transformer_mt.check.subject import (
-    BATCH, SRC_LENGTHS, SRC_LEN, TGT_LEN, TGT_LENGTHS, Subject, changed_everywhere, padded,
-)
+from transformer_mt.check.subject import Subject, changed_everywhere
+from transformer_mt.learner.building import BATCH, SRC_LEN, SRC_LENGTHS, TGT_LEN, TGT_LENGTHS, padded
 
 MakeMasks = Callable[[torch.Tensor, torch.Tensor], MaskPair]
 
@@ -43,7 +43,7 @@ def with_later_changed(tgt: torch.Tensor, t: int, vocab: int) -> torch.Tensor:
 def with_padding_changed(ids: torch.Tensor, vocab: int) -> torch.Tensor:
     """ids whose padded positions hold real tokens instead (the masks stay those of `ids`)."""
     others = torch.arange(ids.numel()).view_as(ids) % (vocab - 1) + 1
-    return torch.where(ids == PAD, others, ids)
+    return torch.where(ids == PAD_ID, others, ids)
 
 
 def leaks_padding(subject: Subject, make: MakeMasks) -> tuple[str, float] | None:
@@ -55,7 +55,7 @@ def leaks_padding(subject: Subject, make: MakeMasks) -> tuple[str, float] | None
     if differs(first, second):
         return "source", difference(first, second)
     masks = make(subject.src, tgt)
-    real = tgt != PAD  # (B, T)
+    real = tgt != PAD_ID  # (B, T)
     first = subject.forward(subject.src, tgt, masks)[real]
     second = subject.forward(subject.src, with_padding_changed(tgt, subject.sizes.tgt_vocab), masks)[real]
     return ("target", difference(first, second)) if differs(first, second) else None
@@ -167,6 +167,8 @@ def causal(subject: Subject) -> Outcome:
 
 
 def padding(subject: Subject) -> Outcome:
+    if subject.masks.pad_problem:
+        return failed(subject.masks.pad_problem, "take the padding id as a parameter of your mask function")
     leak = leaks_padding(subject, subject.masks.make)
     if leak is None:
         return passed("real positions do not change when only padded tokens change, in the source and the target")
@@ -174,7 +176,7 @@ def padding(subject: Subject) -> Outcome:
     src = padded(subject.src, SRC_LENGTHS)
     masks = subject.masks.make(src, subject.tgt)
     other = with_padding_changed(src, subject.sizes.src_vocab)
-    real = src != PAD
+    real = src != PAD_ID
     where = located(subject, lambda: subject.forward(src, subject.tgt, masks),
                     lambda: subject.forward(other, subject.tgt, masks),
                     lambda a, b: a.dim() >= 2 and a.shape[:2] == real.shape and differs(a[real], b[real]))
@@ -240,6 +242,11 @@ def output(subject: Subject) -> Outcome:
 
 
 def dropout(subject: Subject) -> Outcome:
+    if subject.built.eval_dropout:
+        return failed(eval_dropout_message(subject.path, subject.built.eval_dropout), DROPOUT_FIX)
+    if subject.built.eval_random:
+        return failed("in eval mode two passes over the same batch differ with every dropout off: the model draws "
+                      "random numbers in eval mode", "draw random numbers only where self.training is True")
     src, tgt = padded(subject.src, SRC_LENGTHS), subject.tgt
     first, second = subject.forward(src, tgt), subject.forward(src, tgt)
     if differs(first, second):
@@ -268,6 +275,9 @@ def dropout(subject: Subject) -> Outcome:
 
 def gradients(subject: Subject) -> Outcome:
     model = subject.model
+    src = padded(subject.src, SRC_LENGTHS)
+    if problem := backward_problem(lambda: subject.forward(src, subject.tgt), model, subject.path):
+        return failed(problem, "write the operation out of place (x = x + y, not x += y)")
     parameters = {name: p for name, p in subject.parameters().items() if p.requires_grad}
     for p in parameters.values():
         p.grad = None

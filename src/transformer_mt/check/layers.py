@@ -13,7 +13,8 @@ from torch import nn
 
 from transformer_mt.learner.recording import Network, calls_of, feed_forward_modules, norm_modules
 from transformer_mt.check.result import NotChecked, Outcome, close, difference, failed, passed
-from transformer_mt.check.subject import SRC_LEN, TGT_LEN, Subject
+from transformer_mt.check.subject import Subject
+from transformer_mt.learner.building import SRC_LEN, TGT_LEN
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 FEED_FORWARD_FORMS: dict[str, tuple[Activation, Activation]] = {  # what is applied after W_1, after W_2

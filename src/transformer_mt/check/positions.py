@@ -15,7 +15,8 @@ from torch import nn
 
 from transformer_mt.learner.recording import Call, is_attention_call, record
 from transformer_mt.check.result import EMBEDDING_TO_POSITION, NotChecked, Outcome, close, failed, passed
-from transformer_mt.check.subject import SRC_LEN, TGT_LEN, Subject, changed_everywhere
+from transformer_mt.check.subject import Subject, changed_everywhere
+from transformer_mt.learner.building import SRC_LEN, TGT_LEN
 from transformer_mt.model.embeddings import sinusoidal_encoding
 from transformer_mt.model.measures import embedding_to_position, rms
 

@@ -13,9 +13,10 @@ import torch
 
 from transformer_mt.check import attention, behaviour, copy_task, layers, positions, structure
 from transformer_mt.learner.loading import described, line_in
-from transformer_mt.learner.masks import kit_source
+from transformer_mt.learner.masks import masks_for
 from transformer_mt.check.result import FAIL, NOT_CHECKED, PASS, NotChecked, Outcome, Result, failed
-from transformer_mt.check.subject import BATCH, SRC_LEN, TGT_LEN, Subject
+from transformer_mt.check.subject import Subject
+from transformer_mt.learner.building import BATCH, SRC_LEN, TGT_LEN
 
 Check = Callable[[Subject], Outcome]
 
@@ -33,6 +34,7 @@ CHECKS: dict[str, tuple[str, Check]] = {
     "feed_forward": ("3.3, eq. 2", layers.feed_forward),
     "dropout": ("5.4", behaviour.dropout),
     "shared_layers": ("3.1, 3.3", structure.shared_layers),
+    "registered": ("5", structure.registered),
     "gradients": ("5", behaviour.gradients),
     "cloned_init": ("3.3", structure.cloned_init),
     "source_used": ("3.2.3", behaviour.source_used),
@@ -97,7 +99,7 @@ def prepare(subject: Subject) -> None:
     with torch.no_grad():
         encoding = behaviour.model_encoding(subject)
     if encoding not in (None, "attend"):
-        subject.masks = kit_source(encoding)
+        subject.masks = subject.built.masks = masks_for(subject.module, subject.sizes, encoding)
 
 
 def run_one(subject: Subject, check: Check) -> Outcome:

@@ -1,7 +1,8 @@
 """How the learner's layers are put together: each sub-layer's input added back (residual,
 section 3.1), N layers that are N distinct modules (shared_layers, section 3.3: "different
 parameters from layer to layer"), weight matrices drawn independently (cloned_init: the
-study notes' deep copies never re-drawn) and the number of parameters (parameter_count)."""
+study notes' deep copies never re-drawn), the number of parameters (parameter_count) and every
+module and trainable tensor registered where PyTorch trains and saves it (registered)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from transformer_mt.check.layers import feed_forwards, inner_size
 from transformer_mt.check.positions import XAVIER_LOOP, SIDES, embedding_step, learned
 from transformer_mt.learner.recording import Call, attention_role, record
 from transformer_mt.check.result import COPIES, Outcome, differs, failed, passed
-from transformer_mt.check.subject import SRC_LEN, TGT_LEN, Subject, changed_everywhere
+from transformer_mt.check.subject import Subject, changed_everywhere
+from transformer_mt.learner.building import SRC_LEN, TGT_LEN
+from transformer_mt.learner.faults import unregistered_state
 from transformer_mt.model.measures import near_copies
 
 
@@ -95,6 +98,15 @@ def stream_after(side: str, pairs: list[tuple[Call, Call]], outputs: list[torch.
         return outputs[0], outputs[1]
     cross = next(((a, b) for a, b in pairs if attention_role(a, SRC_LEN, TGT_LEN) == "cross"), None)
     return (cross[0].floats[1], cross[1].floats[1]) if cross else None
+
+
+def registered(subject: Subject) -> Outcome:
+    """Every module and trainable tensor held where nn.Module registers it: not in a plain
+    list or dict (then the optimizer, state_dict and .eval() never reach it)."""
+    if problem := unregistered_state(subject.model, subject.path):
+        return failed(problem, "hold layers in nn.ModuleList or nn.ModuleDict, trainable tensors in nn.Parameter")
+    return passed("every module and trainable tensor is registered (the optimizer, the saved weights and .eval() "
+                  "reach them all)")
 
 
 def shared_layers(subject: Subject) -> Outcome:

@@ -4,6 +4,7 @@ feed it."""
 
 from __future__ import annotations
 
+import contextlib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,20 +13,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from transformer_mt.learner.building import PAD, Sizes, build
-from transformer_mt.learner.conventions import Convention, convention_of
-from transformer_mt.learner.loading import find_builder, load_file
-from transformer_mt.learner.masks import MaskSource, mask_source
-from transformer_mt.learner.model import runs_once
+from transformer_mt.learner.building import SRC_LENGTHS, Sizes, build, padded, probe_batch
+from transformer_mt.learner.conventions import Convention
+from transformer_mt.learner.faults import DropoutInEval
+from transformer_mt.learner.loading import load_file
+from transformer_mt.learner.masks import MaskSource
+from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner
 from transformer_mt.learner.recording import Call, attention_calls, record
-
-BATCH, SRC_LEN, TGT_LEN = 3, 7, 6  # unequal lengths: a source axis and a target axis never look alike
-SRC_LENGTHS, TGT_LENGTHS = (7, 5, 4), (6, 4, 6)  # the real tokens of each sentence where padding is checked
-
-
-def tokens(vocab: int, length: int, seed: int) -> torch.Tensor:
-    """(BATCH, length) random ids in 1 .. vocab - 1 (0 is the padding id)."""
-    return torch.randint(1, vocab, (BATCH, length), generator=torch.Generator().manual_seed(seed))
 
 
 def changed_everywhere(ids: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -33,18 +27,11 @@ def changed_everywhere(ids: torch.Tensor, vocab: int) -> torch.Tensor:
     return (ids % (vocab - 1)) + 1
 
 
-def padded(ids: torch.Tensor, lengths: tuple[int, ...]) -> torch.Tensor:
-    """ids with PAD after each sentence's length."""
-    out = ids.clone()
-    for row, length in enumerate(lengths):
-        out[row, length:] = PAD
-    return out
-
-
 @dataclass
 class Subject:
-    """The learner's model, freshly built, with its convention, its masks and the batch the
-    checks feed it. `notes` are what the kit did that the report must say."""
+    """The learner's model, freshly built (`built`, as training builds it), with its convention,
+    its masks and the batch the checks feed it. `notes` are what the kit did that the report
+    must say."""
 
     path: Path
     name: str
@@ -55,22 +42,25 @@ class Subject:
     sizes: Sizes
     call: str
     masks: MaskSource
+    built: LearnerModel
     notes: list[str] = field(default_factory=list)
     cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def src(self) -> torch.Tensor:
-        return tokens(self.sizes.src_vocab, SRC_LEN, seed=1)
+        return probe_batch(self.sizes)[0]
 
     @property
     def tgt(self) -> torch.Tensor:
-        return tokens(self.sizes.tgt_vocab, TGT_LEN, seed=2)
+        return probe_batch(self.sizes)[1]
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, masks: tuple[Any, Any] | None = None) -> torch.Tensor:
-        """One teacher-forced pass (B, T, tgt_vocab), with the masks of `self.masks` unless given."""
+        """One teacher-forced pass (B, T, tgt_vocab), with the masks of `self.masks` unless given;
+        in eval mode a dropout of theirs that still drops is off (the `dropout` check says so)."""
         src_mask, tgt_mask = masks if masks is not None else self.masks.make(src, tgt)
-        return self.convention.run(self.model, src, tgt, src_mask, tgt_mask)
-
+        off = DropoutInEval(self.path) if self.built.eval_dropout and not self.model.training else contextlib.nullcontext()
+        with off:
+            return self.convention.run(self.model, src, tgt, src_mask, tgt_mask)
     def recorded(self) -> list[Call]:
         """Every module call of one pass over the padded batch, recorded once."""
         if "pass" not in self.cache:
@@ -97,10 +87,9 @@ def open_subject(path: Path, name: str | None = None, sizes: Sizes = Sizes(), se
 
 
 def subject_of(module: types.ModuleType, path: Path, name: str | None = None, sizes: Sizes = Sizes()) -> Subject:
-    """Find NAME in the imported file (make_model, get_model or class Transformer) and build the model."""
-    name, builder = find_builder(module, path, name)
-    model, sizes, call, notes = build(name, builder, sizes, path)
-    masks = mask_source(module, sizes)
-    subject = Subject(path, name, module, builder, model, convention_of(model, path), sizes, call, masks, notes)
-    runs_once(subject.forward, model, sizes, path)  # a model that raises whenever it runs: one line, no checks
-    return subject
+    """Find NAME in the imported file (make_model, get_model or class Transformer) and build the
+    model as training does (learner/model.py::build_learner), its draws from seed 0."""
+    built = build_learner(module, LearnerSource(path, name), sizes, seed=0)
+    built.learner.eval()
+    return Subject(path, built.name, module, built.builder, built.learner, built.convention, built.sizes, built.call,
+                   built.masks, built, list(built.notes))

@@ -4,7 +4,6 @@
     data/sources.py        named corpora fetched from maintained sources, written as plain parallel text
     data/corpus.py         read and validate parallel text (plain or .gz), errors name file and line
     data/corpus_files.py   config -> the corpus files of each split
-    data/specials.py       the fixed special ids pad 0, unk 1, bos 2, eos 3
     data/tokenizers/       the Tokenizer protocol, its implementations and the registry
     data/vocabulary.py     the run's tokenizer, trained on a sample of the training text
     data/sequences.py      variable-length id sequences in one flat array (numpy only)

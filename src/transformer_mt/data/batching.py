@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from transformer_mt.data.sequences import Sequences, as_sequences
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass

@@ -21,7 +21,7 @@ from transformer_mt.common.config import ConfigError, DataConfig
 from transformer_mt.data.corpus import CorpusError, decode_line, iter_raw_lines
 from transformer_mt.data.prepare import changed, fingerprint
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
-from transformer_mt.data.specials import EOS_ID
+from transformer_mt.common.specials import EOS_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.data.tokenizers.registry import encoding_files, load_tokenizer
 from transformer_mt.data.toy_corpora import write_toy_text

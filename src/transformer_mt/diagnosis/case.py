@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from transformer_mt.common.config import Config, load_config, replace
 from transformer_mt.data.batching import pad_sequences
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import read_json_file

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from transformer_mt.common.errors import UserError
 from transformer_mt.data.corpus import decode_line, iter_raw_pairs, usable_pair
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case, NotChecked
 from transformer_mt.diagnosis.finding import Finding, cost

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from transformer_mt.data.specials import PAD_ID
+from transformer_mt.common.specials import PAD_ID
 from transformer_mt.diagnosis import thresholds
 from transformer_mt.diagnosis.case import Case
 from transformer_mt.diagnosis.finding import Finding, cost

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from transformer_mt.data.specials import BOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, PAD_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.common.device import autocast
 from transformer_mt.common.errors import UserError

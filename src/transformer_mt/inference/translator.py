@@ -27,7 +27,7 @@ import torch
 
 from transformer_mt.common.config import ConfigError, DecodeConfig, replace
 from transformer_mt.data.batching import pad_sequences
-from transformer_mt.data.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, NEVER_EMITTED, PAD_ID, SPECIAL_IDS, UNK_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.decoding.beam import beam_search, gnmt_penalty
 from transformer_mt.decoding.greedy import greedy_decode, max_lengths

@@ -53,7 +53,7 @@ from torch import nn
 
 from transformer_mt import __version__
 from transformer_mt.common.config import CHECKPOINT_CHOICES, Config
-from transformer_mt.data.specials import BOS_ID, EOS_ID, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, UNK_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.data.tokenizers.registry import require_joint
 from transformer_mt.common.errors import UserError

@@ -32,7 +32,7 @@ from itertools import groupby
 import torch
 
 from transformer_mt.common.config import Config, DecodeConfig
-from transformer_mt.data.specials import EOS_ID, NEVER_EMITTED, SPECIAL_IDS
+from transformer_mt.common.specials import EOS_ID, NEVER_EMITTED, SPECIAL_IDS
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.decoding.beam import gnmt_penalty
 from transformer_mt.common.errors import UserError

@@ -55,7 +55,7 @@ import torch
 from transformer_mt import __version__
 from transformer_mt.common.config import CHECKPOINT_CHOICES, Config
 from transformer_mt.data.corpus_files import guess_languages
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.data.tokenizers.registry import require_joint
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_path, atomic_write_text

@@ -22,7 +22,7 @@ from typing import Any
 from transformer_mt.common.config import Config
 from transformer_mt.data.tokenizers.marian import read_vocab
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
-from transformer_mt.data.specials import BOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, PAD_ID
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_path, atomic_write_text
 from transformer_mt.interop.positions import to_interleaved

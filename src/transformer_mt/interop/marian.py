@@ -56,7 +56,7 @@ from transformer_mt.common.config import Config, DataConfig, DecodeConfig, Model
 from transformer_mt.data.tokenizers.marian import (EOS_PIECE, MARIAN_TOKENIZER_FILES, MARIAN_VOCAB, PAD_PIECE,
                                                    MarianTokenizer, read_vocab)
 from transformer_mt.data.tokenizers.sentencepiece import SentencePieceTokenizer
-from transformer_mt.data.specials import BOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, PAD_ID
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_path
 from transformer_mt.interop import joint

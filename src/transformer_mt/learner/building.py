@@ -6,7 +6,9 @@ number; `train --model` at a preset's sizes and its tokenizer's vocabularies."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import sys
 import types
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -17,9 +19,14 @@ from torch import nn
 
 from transformer_mt.learner.loading import described, where
 from transformer_mt.common.errors import UserError
+from transformer_mt.common.specials import PAD_ID
 
-PAD = 0  # the padding id of every sequence the checks build
 MAX_LEN = 64  # given where a builder requires a maximum length without a default
+# The probe batch every check and every build runs: unequal lengths, so that a source axis, a
+# target axis and the batch never look alike (3 sentences of 7 source and 6 target tokens), and
+# the real tokens of each sentence where padding matters.
+BATCH, SRC_LEN, TGT_LEN = 3, 7, 6
+SRC_LENGTHS, TGT_LENGTHS = (7, 5, 4), (6, 4, 6)
 
 # The names a builder's parameters go by in tutorials, and the size each takes.
 NAMES = {
@@ -58,7 +65,7 @@ class Sizes:
     max_len: int = MAX_LEN  # the longest sequence, for a builder that requires it
 
     def value(self, size: str) -> Any:
-        return PAD if size == "pad" else self.src_vocab if size == "vocab" else getattr(self, size)
+        return PAD_ID if size == "pad" else self.src_vocab if size == "vocab" else getattr(self, size)
 
     def required(self, name: str) -> Any:
         """What a required parameter of ONLY_IF_REQUIRED gets: the longest sequence, or "cpu"."""
@@ -71,6 +78,24 @@ class Options(types.SimpleNamespace):
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"opt.{name}: the check's opt has no {name!r} (it has {', '.join(sorted(vars(self)))})")
+
+
+def tokens(vocab: int, length: int, seed: int) -> torch.Tensor:
+    """(BATCH, length) random ids in 1 .. vocab - 1 (0 is the padding id)."""
+    return torch.randint(1, vocab, (BATCH, length), generator=torch.Generator().manual_seed(seed))
+
+
+def probe_batch(sizes: Sizes, src_len: int = SRC_LEN, tgt_len: int = TGT_LEN) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe batch, all real tokens: source (BATCH, src_len), target (BATCH, tgt_len)."""
+    return tokens(sizes.src_vocab, src_len, seed=1), tokens(sizes.tgt_vocab, tgt_len, seed=2)
+
+
+def padded(ids: torch.Tensor, lengths: tuple[int, ...]) -> torch.Tensor:
+    """ids with the padding id after each sentence's length."""
+    out = ids.clone()
+    for row, length in enumerate(lengths):
+        out[row, length:] = PAD_ID
+    return out
 
 
 def options(sizes: Sizes) -> Options:
@@ -148,7 +173,8 @@ def build(name: str, builder: Callable[..., Any], sizes: Sizes, path: Path,
 def seeded_call(builder: Callable[..., Any], kwargs: dict[str, Any], seed: int) -> Any:
     """The builder's result, its random draws from `seed` (the same model on every run)."""
     torch.manual_seed(seed)
-    return builder(**kwargs)
+    with contextlib.redirect_stdout(sys.stderr):  # their prints: stdout is for translations
+        return builder(**kwargs)
 
 
 def checked_module(model: Any, name: str, path: Path) -> nn.Module:

@@ -19,30 +19,36 @@ import torch
 from torch import nn
 
 from transformer_mt.common.errors import UserError
+from transformer_mt.learner.faults import taken
 
 Forward = Callable[[nn.Module, torch.Tensor, torch.Tensor, Any, Any], torch.Tensor]
 
 
 def annotated_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any,
-                      tgt_mask: Any) -> torch.Tensor:
-    memory = model.encode(src, src_mask)  # (B, S, d_model)
-    return model.generator(model.decode(memory, src_mask, tgt, tgt_mask))  # (B, T, tgt_vocab)
+                      tgt_mask: Any) -> Any:
+    memory = taken(model.encode(src, src_mask))  # (B, S, d_model)
+    return model.generator(taken(model.decode(memory, src_mask, tgt, tgt_mask)))  # (B, T, tgt_vocab)
 
 
 def tutorial_forward(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any,
-                     tgt_mask: Any) -> torch.Tensor:
+                     tgt_mask: Any) -> Any:
     return model(src, tgt, src_mask, tgt_mask)  # (B, T, tgt_vocab)
 
 
 @dataclass(frozen=True)
 class Convention:
     """name; describe: for the report; output: what the last step gives ("log-probabilities"
-    or "logits"); run: one teacher-forced pass to that output."""
+    or "logits"); as_written: one teacher-forced pass, its output as their code returns it;
+    `run`: that output, the first tensor of a tuple ((logits, attention))."""
 
     name: str
     describe: str
     output: str
-    run: Forward
+    as_written: Forward
+
+    def run(self, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, src_mask: Any,
+            tgt_mask: Any) -> torch.Tensor:
+        return taken(self.as_written(model, src, tgt, src_mask, tgt_mask))  # (B, T, tgt_vocab)
 
 
 ANNOTATED = Convention("annotated", "the Annotated Transformer's: encode(src, src_mask), decode(memory, src_mask, "

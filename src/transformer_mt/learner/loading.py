@@ -35,10 +35,14 @@ def line_in(err: BaseException, path: Path) -> int | None:
     return frames[-1].lineno if frames else None
 
 
+def located(path: Path, line: int | None) -> str:
+    """`FILE:LINE`, or FILE where the line is not known: the one way a message names a place."""
+    return f"{path}:{line}" if line else str(path)
+
+
 def where(err: BaseException, path: Path) -> str:
     """`path:line` of the deepest frame of `err` in `path`, or the path alone."""
-    line = line_in(err, path)
-    return f"{path}:{line}" if line else str(path)
+    return located(path, line_in(err, path))
 
 
 def described(err: BaseException) -> str:
@@ -100,8 +104,8 @@ def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> 
     folders = [path.parent, *([beside] if beside else [])]
     before = set(sys.modules)
     try:
-        with importing_beside(*folders), time_limit(seconds):
-            exec(code, module.__dict__)
+        with importing_beside(*folders), time_limit(seconds), contextlib.redirect_stdout(sys.stderr):
+            exec(code, module.__dict__)  # their prints to stderr: stdout is for translations
     except ImportTimeout:
         raise UserError(f"{path}: still running after {seconds:.0f} s of importing it: training, downloads or "
                         "input() at the top level belong under `if __name__ == \"__main__\":`") from None

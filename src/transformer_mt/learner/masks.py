@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from transformer_mt.learner.building import PAD, Sizes, options, size_of
+from transformer_mt.learner.building import OPTIONS, Sizes, options, size_of
+from transformer_mt.common.specials import PAD_ID, SPECIAL_NAMES
 from transformer_mt.model.masks import subsequent_mask
 
 ENCODINGS = ("attend", "blocked", "additive")
@@ -59,8 +60,8 @@ def squeezed(mask: torch.Tensor) -> torch.Tensor:
 def kit_masks(src: torch.Tensor, tgt: torch.Tensor, encoding: str = "attend") -> MaskPair:
     """The masks in the convention's form: source (B, 1, S), target (B, T, T), padding and
     look-ahead hidden."""
-    src_attend = (src != PAD).unsqueeze(-2)  # (B, 1, S)
-    tgt_attend = (tgt != PAD).unsqueeze(-2) & subsequent_mask(tgt.size(1), tgt.device)[0]  # (B, T, T)
+    src_attend = (src != PAD_ID).unsqueeze(-2)  # (B, 1, S)
+    tgt_attend = (tgt != PAD_ID).unsqueeze(-2) & subsequent_mask(tgt.size(1), tgt.device)[0]  # (B, T, T)
     return encode(src_attend, encoding), encode(tgt_attend, encoding)
 
 
@@ -73,6 +74,7 @@ class MaskSource:
     make: Callable[[torch.Tensor, torch.Tensor], MaskPair]
     functions: tuple[str, ...] = ()
     encoding: str = "attend"
+    pad_problem: str | None = None  # their function hides another id than the toolkit's padding
 
 
 def filled(function: Callable[..., Any], given: tuple[Any, ...], sizes: Sizes) -> list[Any]:
@@ -84,8 +86,8 @@ def filled(function: Callable[..., Any], given: tuple[Any, ...], sizes: Sizes) -
     for parameter in parameters[len(given):]:
         name = parameter.name.lower()
         if size_of(name) == "pad" or "pad" in name:
-            found.append(PAD)
-        elif name in ("opt", "args", "config", "cfg", "params", "hparams", "options"):
+            found.append(PAD_ID)
+        elif name in OPTIONS:
             found.append(options(sizes))
         elif name == "device":
             found.append("cpu")
@@ -97,7 +99,7 @@ def filled(function: Callable[..., Any], given: tuple[Any, ...], sizes: Sizes) -
 def look_ahead_with_padding(look_ahead: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     """Their look-ahead mask (T, T) or (1, T, T), combined with target padding in its own
     encoding: a bool mask whose first entry hides (True = blocked) takes padding by `|`."""
-    pad_attend = (tgt != PAD).unsqueeze(-2)  # (B, 1, T)
+    pad_attend = (tgt != PAD_ID).unsqueeze(-2)  # (B, 1, T)
     if look_ahead.dtype == torch.bool:
         attend = bool(squeezed(look_ahead)[0, 0, 0])  # position 0 may always see itself
         return look_ahead & pad_attend if attend else look_ahead | ~pad_attend
@@ -131,7 +133,8 @@ def mask_source(module: types.ModuleType, sizes: Sizes) -> MaskSource:
             masks = function(*filled(function, (src.cpu(), tgt.cpu()), sizes))
             return on_device(masks[0], src), on_device(masks[1], tgt)
 
-        return MaskSource(f"the file's {signature(name, function)}", pair, (name,))
+        return MaskSource(f"the file's {signature(name, function)}", pair, (name,),
+                          pad_problem=padding_id_problem(name, function, pair, sizes))
     kit_padding = "source padding by the kit ((src != pad).unsqueeze(-2), True = may attend)"
     if found := their_function(module, TARGET_NAMES):
         name, function = found
@@ -150,6 +153,33 @@ def mask_source(module: types.ModuleType, sizes: Sizes) -> MaskSource:
         return MaskSource(f"the file's {signature(name, function)} with target padding; {kit_padding}", look_ahead,
                           (name,))
     return kit_source("attend")
+
+
+def masks_for(module: types.ModuleType, sizes: Sizes, encoding: str | None = None) -> MaskSource:
+    """The masks a learner's model gets: its file's functions, else the kit's in `encoding` (the
+    one their attention reads; None: not known yet, "attend")."""
+    masks = mask_source(module, sizes)
+    return masks if masks.functions or encoding in (None, "attend") else kit_source(encoding)
+
+
+def padding_id_problem(name: str, function: Callable[..., Any], pair: Callable[[torch.Tensor, torch.Tensor], MaskPair],
+                       sizes: Sizes) -> str | None:
+    """One line when their mask function hides, as padding, one id that is not the toolkit's
+    (a `!= 1` written in it): found on a source holding each of the first ids once."""
+    ids = torch.arange(min(sizes.src_vocab, 6))[None]  # (1, S): 0 (the padding id), 1, 2, ...
+    try:
+        seen = squeezed(pair(ids, ids[:, :1])[0])[0, -1].float()  # (S,): one query's view of the source
+    except Exception:  # noqa: BLE001 (their function on a batch it cannot take: the checks say so)
+        return None
+    odd = [i for i in range(seen.numel()) if int((seen == seen[i]).sum()) == 1]  # the one position unlike the rest
+    if seen.numel() < 3 or len(odd) != 1 or int(ids[0, odd[0]]) == PAD_ID:
+        return None
+    hidden = int(ids[0, odd[0]])
+    line = inspect.getsourcelines(function)[1] if inspect.getsourcefile(function) else None
+    where = f"{inspect.getsourcefile(function)}:{line}" if line else name
+    return (f"{where}: {name} hides id {hidden} as padding, and the toolkit pads with id {PAD_ID} (its id {hidden} is "
+            f"{SPECIAL_NAMES.get(hidden, 'a word')}, a real token): compare with the padding id it is given "
+            f"({signature(name, function)} gets {PAD_ID}), not with {hidden}")
 
 
 def kit_source(encoding: str) -> MaskSource:

@@ -35,16 +35,18 @@ from torch.overrides import TorchFunctionMode
 
 from transformer_mt.common.config import ModelConfig
 from transformer_mt.common.errors import UserError
-from transformer_mt.learner.building import PAD, Sizes, build
+from transformer_mt.common.specials import PAD_ID
+from transformer_mt.learner.building import BATCH, SRC_LEN, TGT_LEN, Sizes, build, probe_batch
 from transformer_mt.learner.conventions import ANNOTATED, Convention, convention_of
-from transformer_mt.learner.loading import described, find_builder, line_in
-from transformer_mt.learner.masks import MaskSource, kit_source, mask_source
+from transformer_mt.learner.faults import (DropoutInEval, batch_first_fed, eval_dropout_message, sequence_first_message,
+                                           sequence_first_modules, taken, tuple_note)
+from transformer_mt.learner.loading import described, find_builder, line_in, located
+from transformer_mt.learner.masks import MaskSource, masks_for
 from transformer_mt.learner.recording import attention_calls, attention_role, record
 from transformer_mt.model.recording import AttentionRecorder
 
 KINDS = ("encoder", "decoder", "cross")  # the page's three kinds of attention
 ROLES = {"encoder self": "encoder", "decoder self": "decoder", "cross": "cross"}
-PROBE_SRC, PROBE_TGT = 7, 6  # unequal lengths: each attention module's kind shows in its shapes
 SOFTMAXES = (torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax)
 
 
@@ -93,7 +95,10 @@ class LearnerGenerator:
 
 class LearnerModel(nn.Module):
     """Their model (`learner`, the one sub-module: its state_dict is theirs, key for key, so
-    the run's weights load into their own code with `model.load_state_dict`)."""
+    the run's weights load into their own code with `model.load_state_dict`), built by `name`
+    (`builder`) as `call` says; `notes`: what the toolkit does that their code did not ask for;
+    `eval_dropout`: the lines of their file that drop in eval mode (turned off there);
+    `eval_random`: whether eval mode still differs from pass to pass."""
 
     supports_cache = False
 
@@ -102,8 +107,12 @@ class LearnerModel(nn.Module):
         super().__init__()
         self.learner = learner
         self.convention, self.masks, self.sizes, self.source = convention, masks, sizes, source
+        self.name, self.builder, self.call, self.notes = "", None, "", []
+        self.eval_dropout: list[int | None] = []
+        self.eval_random = False
         self.annotated = convention is ANNOTATED  # a flag, not `is` later: copy.deepcopy copies the convention
-        self.generator = LearnerGenerator(learner.generator if convention is ANNOTATED else None)
+        self.generator = LearnerGenerator((lambda x: taken(learner.generator(x))) if convention is ANNOTATED
+                                          else None)
         self.max_positions = min(sizes.max_len, source.longest or sizes.max_len)  # what decoding may feed
         self.tgt_vocab_size, self.n_heads, self.d_model = sizes.tgt_vocab, sizes.h, sizes.d_model
         self._attention: dict[str, list[nn.Module]] | None = None
@@ -118,10 +127,54 @@ class LearnerModel(nn.Module):
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         return self.learner.load_state_dict(state_dict, strict=strict, assign=assign)
 
+    # ---- their code as it runs here --------------------------------------------------------
+    def eval_mode(self) -> contextlib.AbstractContextManager:
+        """In eval mode, a dropout of theirs that asks for training=True does not drop (decoding is
+        then deterministic, as model.eval() makes ours)."""
+        return (DropoutInEval(self.source.path) if self.eval_dropout and not self.learner.training
+                else contextlib.nullcontext())
+
+    def teacher_forced(self, src: torch.Tensor, tgt: torch.Tensor, masks: tuple[Any, Any] | None = None) -> torch.Tensor:
+        """One teacher-forced pass of their model (B, T, tgt_vocab), with their masks or `masks`."""
+        src_mask, tgt_mask = masks if masks is not None else self.masks.make(src, tgt)
+        with self.eval_mode():
+            return self.convention.run(self.learner, src, tgt, src_mask, tgt_mask)
+
+    def probe(self) -> None:
+        """Run their model once on the probe batch in eval mode: a model that raises, or that feeds
+        batch-first tensors to a module built sequence-first, is one line (UserError); a tuple out
+        and a dropout that drops in eval mode are noted, and a second pass tells whether eval mode
+        is deterministic with that dropout off."""
+        path, (src, tgt) = self.source.path, probe_batch(self.sizes)
+        training = self.learner.training
+        self.learner.eval()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                try:
+                    with batch_first_fed(self.learner, BATCH) as fed, DropoutInEval(path) as dropout:
+                        out = self.convention.as_written(self.learner, src, tgt, *self.masks.make(src, tgt))
+                except Exception as err:
+                    if found := sequence_first_modules(self.learner):
+                        raise UserError(sequence_first_message(path, *found[0])) from None
+                    raise UserError(raised_message(err, path)) from None
+                if fed:
+                    raise UserError(sequence_first_message(path, *fed[0]))
+                self.eval_dropout = dropout.lines
+                if dropout.lines:
+                    self.notes.append(f"{eval_dropout_message(path, dropout.lines)}: the toolkit turns it off in eval "
+                                      "mode, as model.eval() would, so its translations are deterministic")
+                note = tuple_note(out, f"{self.name or 'the model'}'s {self.convention.name} output")
+                self.notes += [note] if note else []
+                first = self.teacher_forced(src, tgt)
+                torch.manual_seed(1)
+                self.eval_random = not torch.equal(first.nan_to_num(), self.teacher_forced(src, tgt).nan_to_num())
+        finally:
+            self.learner.train(training)
+
     # ---- EncoderDecoder's interface --------------------------------------------------------
     @staticmethod
     def source_ids(src_mask: torch.Tensor) -> torch.Tensor:
-        """A source of their form from our mask (B, 1, 1, S): 1 at real tokens, PAD elsewhere.
+        """A source of their form from our mask (B, 1, 1, S): 1 at real tokens, PAD_ID elsewhere.
         Their mask functions read only which positions are padding."""
         return src_mask.reshape(src_mask.size(0), -1).long()
 
@@ -131,7 +184,8 @@ class LearnerModel(nn.Module):
         if not self.annotated:
             return self.encoder_output(src)
         their_src_mask = self.masks.make(src, src[:, :1])[0]
-        return self.learner.encode(src, their_src_mask)
+        with self.eval_mode():
+            return taken(self.learner.encode(src, their_src_mask))
 
     def encoder_output(self, src: torch.Tensor) -> torch.Tensor:
         """The tutorial's memory: what their encoder gives in one pass of their forward on `src`
@@ -142,27 +196,29 @@ class LearnerModel(nn.Module):
         first = src.new_ones((src.size(0), 1))  # (B, 1): a target of one token, which their encoder does not read
         masks = self.masks.make(src, first)
         if self._encoder:
-            with outputs_of(self.learner.get_submodule(self._encoder)) as given:
+            with outputs_of(self.learner.get_submodule(self._encoder)) as given, self.eval_mode():
                 self.learner(src, first, *masks)
             return given[0] if len(given) == 1 and is_memory(given[0], src, self.d_model) else src
         whole: list[torch.Tensor] = []
-        calls = record(self.learner, lambda: whole.append(self.learner(src, first, *masks)))
+        with self.eval_mode():
+            calls = record(self.learner, lambda: whole.append(taken(self.learner(src, first, *masks))))
         encoder = next((call for call in calls if call.module is not self.learner and call.input_ids[:1] == [id(src)]
                         and is_memory(call.output, src, self.d_model)), None)  # the first called with the ids
         self._encoder = encoder.name if encoder else None
-        if encoder and not same_scores(self.their_forward(encoder.output, (src != PAD).long(), first), whole[0]):
+        if encoder and not same_scores(self.their_forward(encoder.output, (src != PAD_ID).long(), first), whole[0]):
             self._encoder = None
         return encoder.output if self._encoder else src
 
     def their_forward(self, memory: torch.Tensor, their_src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Their forward on the prefix `tgt` (B, T): `memory` the source ids (B, S), or their
         encoder's output (B, S, d_model), given back in place of encoding again with `their_src`
-        (B, S) for the ids, 1 at real tokens and PAD elsewhere (their masks read only which are
+        (B, S) for the ids, 1 at real tokens and PAD_ID elsewhere (their masks read only which are
         padding)."""
         if not memory.is_floating_point():
-            return self.learner(memory, tgt, *self.masks.make(memory, tgt))
-        with given_back(self.learner.get_submodule(self._encoder), memory):
-            return self.learner(their_src, tgt, *self.masks.make(their_src, tgt))
+            with self.eval_mode():
+                return taken(self.learner(memory, tgt, *self.masks.make(memory, tgt)))
+        with given_back(self.learner.get_submodule(self._encoder), memory), self.eval_mode():
+            return taken(self.learner(their_src, tgt, *self.masks.make(their_src, tgt)))
 
     def decode(self, memory: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
                tgt_mask: Any = None, cache: Any = None) -> torch.Tensor:
@@ -173,7 +229,8 @@ class LearnerModel(nn.Module):
         if not self.annotated:
             return self.last_logits(memory, self.source_ids(src_mask), tgt)
         their_src_mask, their_tgt_mask = self.masks.make(self.source_ids(src_mask), tgt)
-        return self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask)
+        with self.eval_mode():
+            return taken(self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask))
 
     def last_logits(self, memory: torch.Tensor, their_src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """The tutorial's logits while decoding (`their_forward`'s arguments): (B, 1, V) for the
@@ -200,9 +257,10 @@ class LearnerModel(nn.Module):
         """Teacher forcing: states (B, T, d_model) or the tutorial's logits (B, T, V), for
         `generator.logits`; our src_mask is not needed (their masks are made from src)."""
         src_mask, tgt_mask = self.masks.make(src, tgt)
-        if not self.annotated:
-            return self.learner(src, tgt, src_mask, tgt_mask)
-        return self.learner.decode(self.learner.encode(src, src_mask), src_mask, tgt, tgt_mask)
+        with self.eval_mode():
+            if not self.annotated:
+                return taken(self.learner(src, tgt, src_mask, tgt_mask))
+            return taken(self.learner.decode(taken(self.learner.encode(src, src_mask)), src_mask, tgt, tgt_mask))
 
     # ---- their attention, found as `check` finds it ----------------------------------------
     def attention_layers(self) -> dict[str, list[nn.Module]]:
@@ -224,7 +282,7 @@ class LearnerModel(nn.Module):
                 self.learner.train(training)
             found: dict[str, list[nn.Module]] = {kind: [] for kind in KINDS}
             for call in attention_calls(calls, self.sizes.d_model):
-                kind = ROLES.get(attention_role(call, PROBE_SRC, PROBE_TGT))
+                kind = ROLES.get(attention_role(call, SRC_LEN, TGT_LEN))
                 if kind and all(call.module is not module for modules in found.values() for module in modules):
                     found[kind].append(call.module)
             self._attention = found
@@ -314,20 +372,17 @@ def last_position_only(layer: nn.Module) -> Iterator[None]:
 
 
 def build_learner(module: types.ModuleType, source: LearnerSource, sizes: Sizes, seed: int) -> LearnerModel:
-    """Their builder called at `sizes` (its random draws from `seed`), in either convention,
-    with their masks or the kit's in `source.encoding`."""
+    """The one way a learner's model is built, for `check`, `train --model` and a run of theirs:
+    NAME found in their file, called at `sizes` (its random draws from `seed`; the sizes it was
+    built with are the model's `sizes`), in either convention, with their masks or the kit's in
+    `source.encoding`, and run once on the probe batch (LearnerModel.probe)."""
     name, builder = find_builder(module, source.path, source.name)
-    learner, sizes, _, _ = build(name, builder, sizes, source.path, seed)
-    masks = mask_source(module, sizes)
-    if not masks.functions and source.encoding not in (None, "attend"):
-        masks = kit_source(source.encoding)
-    return LearnerModel(learner.train(), convention_of(learner, source.path), masks, sizes, source)
-
-
-def probe_batch(sizes: Sizes, src_len: int = PROBE_SRC, tgt_len: int = PROBE_TGT) -> tuple[torch.Tensor, torch.Tensor]:
-    """One sentence of `src_len` source and `tgt_len` target ids, all real: (1, S), (1, T)."""
-    src = torch.arange(src_len).remainder(sizes.src_vocab - 1).add(1)[None]
-    return src, torch.arange(tgt_len).remainder(sizes.tgt_vocab - 1).add(1)[None]
+    learner, built, call, notes = build(name, builder, sizes, source.path, seed)
+    masks = masks_for(module, built, source.encoding)
+    model = LearnerModel(learner.train(), convention_of(learner, source.path), masks, built, source)
+    model.name, model.builder, model.call, model.notes = name, builder, call, notes
+    model.probe()
+    return model
 
 
 def longest_run(model: LearnerModel, limit: int) -> int:
@@ -371,22 +426,20 @@ def output_fits(model: LearnerModel, path: Path) -> None:
     """UserError unless the model gives a score for every target token at every position."""
     out = runs_once(lambda src, tgt: model.generator.logits(model(src, tgt)), model, model.sizes, path)
     vocab = model.sizes.tgt_vocab
-    if out.dim() != 3 or tuple(out.shape[:2]) != (1, PROBE_TGT) or out.size(-1) != vocab:
-        raise UserError(f"{path}: the model's output for 1 sentence of {PROBE_TGT} target tokens has shape "
-                        f"{tuple(out.shape)}, not (1, {PROBE_TGT}, {vocab}): training needs a score for each of the "
+    if out.dim() != 3 or tuple(out.shape[:2]) != (BATCH, TGT_LEN) or out.size(-1) != vocab:
+        raise UserError(f"{path}: the model's output for {BATCH} sentences of {TGT_LEN} target tokens has shape "
+                        f"{tuple(out.shape)}, not ({BATCH}, {TGT_LEN}, {vocab}): training needs a score for each of the "
                         f"{vocab} target tokens at every position (the last dimension is the target vocabulary)")
 
 
 DEVICE_WORDS = ("cuda", "device", "expected all tensors to be on the same")
 
 
-def raised_message(err: BaseException, path: Path, when: str = "when run on 1 sentence",
-                   retry: str = "run your model on one sentence") -> str:
+def raised_message(err: BaseException, path: Path, when: str = f"when run on {BATCH} sentences",
+                   retry: str = f"run your model on a batch of {BATCH} sentences") -> str:
     """'FILE:LINE raised Error: message' and what to do: for a device error, that a model
     written for one device should follow its input's; else `retry` and fix that line."""
-    line = line_in(err, path)
-    where = f"{path}:{line}" if line else str(path)
-    text = f"{where}: the model raised {described(err)} {when}"
+    text = f"{located(path, line_in(err, path))}: the model raised {described(err)} {when}"
     if any(word in str(err).lower() for word in DEVICE_WORDS):
         return (f"{text}: a model written for one device should follow its input's (x.device, or a table kept with "
                 "register_buffer, which .to() moves), not call .cuda() or name a device")

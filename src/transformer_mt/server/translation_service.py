@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 from transformer_mt.common.config import DecodeConfig
 from transformer_mt.common.errors import UserError
 from transformer_mt.data.corpus import CorpusError, iter_raw_lines
-from transformer_mt.data.specials import SPECIAL_IDS
+from transformer_mt.common.specials import SPECIAL_IDS
 from transformer_mt.decoding.trace import Trace
 from transformer_mt.diagnosis.case import open_case
 from transformer_mt.diagnosis.report import diagnose

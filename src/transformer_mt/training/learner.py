@@ -10,6 +10,7 @@ smoothing, precision, averaging, validation, resume, torchrun) is the toolkit's,
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import types
@@ -25,10 +26,12 @@ from transformer_mt.check.result import FAIL
 from transformer_mt.check.subject import Subject, subject_of
 from transformer_mt.common.config import Config
 from transformer_mt.common.errors import UserError
-from transformer_mt.learner.building import Sizes
+from transformer_mt.learner.building import SRC_LENGTHS, Sizes, padded, probe_batch, size_of
+from transformer_mt.learner.faults import backward_problem, unregistered_state
 from transformer_mt.learner.loading import load_file, split_target, their_imports
 from transformer_mt.learner.model import (LearnerModel, LearnerSource, build_learner, longest_run, output_fits,
                                           raised_message, sizes_for)
+from transformer_mt.model.language_model import build_any_model
 from transformer_mt.runs.directory import RunDir, keep_learner_file, learner_source, sha256_of
 
 log = logging.getLogger("transformer_mt")
@@ -74,12 +77,53 @@ def open_learner_file(cfg: Config, run: RunDir) -> LearnerFile:
     return LearnerFile(load_file(path), LearnerSource(path, name), path)
 
 
+LARGER = 3.0  # a model this many times the preset's own parameter count gets a warning
+
+
+def untrainable(model: LearnerModel, path: Path, sizes: Sizes) -> str | None:
+    """One line when their model as built cannot be trained right, whatever the checks say: state
+    outside its state_dict, a padding id of its own, a backward pass that fails, an eval mode that
+    is not deterministic with dropout off, other vocabularies than the run's; else None."""
+    src, tgt = probe_batch(model.sizes)
+    if problem := (unregistered_state(model.learner, path) or model.masks.pad_problem
+                   or backward_problem(lambda: model.teacher_forced(padded(src, SRC_LENGTHS), tgt), model.learner, path)):
+        return problem
+    if model.eval_random:
+        return (f"{path}: in eval mode two passes over the same batch differ even with every dropout off (random "
+                "numbers drawn in forward?): its translations could not be deterministic; draw them only where "
+                "self.training is True")
+    if (model.sizes.src_vocab, model.sizes.tgt_vocab) != (sizes.src_vocab, sizes.tgt_vocab):
+        one = any(size_of(name) == "vocab" for name in inspect.signature(model.builder).parameters)
+        why = (f"{model.name} takes one vocabulary size" if one else
+               f"{model.name} raised with two ({'; '.join(model.notes)})")
+        return (f"{path}: {why}, and this run has two vocabularies, {sizes.src_vocab:,} source and {sizes.tgt_vocab:,} "
+                "target tokens: train with one vocabulary for both sides (--data.joint_vocab=true) or give "
+                f"{model.name} a source and a target vocabulary size (src_vocab, tgt_vocab)")
+    return None
+
+
+def say_size(model: LearnerModel, cfg: Config, path: Path) -> None:
+    """A warning before the first step when their model is far larger than the preset's own at the
+    same sizes (a builder that ignores them): a step then takes that much longer."""
+    with torch.device("meta"):
+        ours = sum(p.numel() for p in build_any_model(cfg.model).parameters())
+    theirs = sum(p.numel() for p in model.learner.parameters())
+    if theirs > LARGER * ours:
+        log.warning("%s: your model has %s parameters and the preset's own model has %s at the same sizes (%.0fx): "
+                    "if %s ignores the sizes it is given (%s), each step takes about that much longer", path,
+                    f"{theirs:,}", f"{ours:,}", theirs / ours, model.name, model.call)
+
+
 def check_before_training(learner: LearnerFile, sizes: Sizes, checks: bool) -> str | None:
     """The quick check on their model as built at the run's sizes (`checks` False: only the
-    mask encoding their attention reads). Returns that encoding for the kit's masks (None
-    where their file makes its own masks)."""
+    mask encoding their attention reads), after what no check may let through (`untrainable`).
+    Returns that encoding for the kit's masks (None where their file makes its own masks)."""
     source = learner.source
     subject = subject_of(learner.module, source.path, source.name, sizes)
+    if problem := untrainable(subject.built, learner.original, sizes):
+        raise UserError(problem)
+    for note in subject.notes:
+        log.warning("%s: %s", learner.original, note)
     if not checks:
         prepare(subject)
     else:
@@ -111,6 +155,8 @@ def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool,
         source = replace(source, encoding=check_before_training(learner, sizes, cfg.train.check_model))
     model = build_learner(learner.module, source, sizes, cfg.train.seed)
     output_fits(model, learner.original)
+    if learner.kept is None and is_main:
+        say_size(model, cfg, learner.original)
     if learner.kept != run:  # a new run, fresh or fine-tuned from the run `kept`
         longest = longest_run(model, sizes.max_len)
         if longest < data_longest:

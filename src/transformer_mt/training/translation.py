@@ -17,7 +17,7 @@ from transformer_mt.common.config import Config
 from transformer_mt.data.batching import Batch, BatchStream
 from transformer_mt.data.corpus_files import bleu_tokenize_hint, corpus_paths
 from transformer_mt.data.prepare import PairLimits, PreparedData, prepare_corpus, require_prepared
-from transformer_mt.data.specials import PAD_ID
+from transformer_mt.common.specials import PAD_ID
 from transformer_mt.data.tokenizers.protocol import Tokenizer
 from transformer_mt.data.tokenizers.registry import vocab_sizes
 from transformer_mt.data.vocabulary import load_or_train_tokenizer

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from transformer_mt.data.specials import SPECIAL_IDS, UNK_ID
+from transformer_mt.common.specials import SPECIAL_IDS, UNK_ID
 from transformer_mt.runs.directory import RunDir, load_run_model, require_ours
 from transformer_mt.viz.figure import new_figure
 

@@ -16,7 +16,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 
 from transformer_mt.data.corpus import read_parallel
-from transformer_mt.data.specials import BOS_ID, PAD_ID
+from transformer_mt.common.specials import BOS_ID, PAD_ID
 from transformer_mt.common.evaluation import score
 from transformer_mt.inference.translation_inspection import ATTENTION_KINDS
 from transformer_mt.model.masks import padding_mask

@@ -1,4 +1,4 @@
-"""Tokenizers: text <-> ids in the fixed special ids of data/specials.py.
+"""Tokenizers: text <-> ids in the fixed special ids of common/specials.py.
 
     data/tokenizers/protocol.py       the Tokenizer protocol every tokenizer follows, and what they share
     data/tokenizers/registry.py       TOKENIZERS: picks the class from a run's files (load, list, find)

@@ -8,7 +8,7 @@ regular expression (a word keeps its leading space: " cat" and "cat" are differe
 pieces), and each word is merged by the BPE merges in rank order. Decoding maps the
 characters back to bytes and those to UTF-8 (an invalid byte sequence becomes U+FFFD).
 
-The ids are GPT-2's, not this package's fixed layout (data/specials.py): GPT-2 has no pad,
+The ids are GPT-2's, not this package's fixed layout (common/specials.py): GPT-2 has no pad,
 unk or bos, only "<|endoftext|>" (50256 in GPT-2's vocabulary), which separates documents,
 starts generation and ends it; `end_of_text_id` is its id. The run keeps the whole
 tokenizer as one `tokenizers` file, gpt2_tokenizer.json (the `tokenizers` library is what

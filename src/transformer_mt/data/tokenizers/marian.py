@@ -26,7 +26,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
 from transformer_mt.data.tokenizers.protocol import EosFramed, OneVocabulary, load_sentencepiece
 from transformer_mt.common.errors import UserError
 

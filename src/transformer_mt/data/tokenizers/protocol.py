@@ -24,7 +24,7 @@ from transformer_mt.common.errors import UserError
 
 
 class Tokenizer(Protocol):
-    """Text <-> subword ids with the fixed special ids of data/specials.py.
+    """Text <-> subword ids with the fixed special ids of common/specials.py.
 
     The class-level part says which files a tokenizer is made of, so that a run's
     tokenizer can be found, copied and fingerprinted before it is loaded."""

@@ -1,5 +1,5 @@
 """One joint sentencepiece vocabulary for source and target (paper section 5.1: "a
-shared source-target vocabulary"), trained with the fixed special ids of data/specials.py:
+shared source-target vocabulary"), trained with the fixed special ids of common/specials.py:
 
     pad 0 (<pad>)    unk 1 (<unk>)    bos 2 (<s>)    eos 3 (</s>)
 
@@ -24,7 +24,7 @@ from typing import Iterable
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from transformer_mt.data.tokenizers.protocol import EosFramed, OneVocabulary, load_sentencepiece
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import atomic_path

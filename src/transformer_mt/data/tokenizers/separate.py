@@ -1,6 +1,6 @@
 """Separate source and target vocabularies (data.joint_vocab: false): two sentencepiece
 models trained apart, source.model on the source side of the training text and
-target.model on the target side, each with the fixed special ids of data/specials.py.
+target.model on the target side, each with the fixed special ids of common/specials.py.
 
 The source model gives the ids the encoder reads (encode, pieces); the target model
 gives the ids the decoder reads and the generator emits (encode_target, decode,

@@ -5,7 +5,7 @@ text cut at white space, each word one id. An imported Annotated-Transformer che
 
 Their ids are `<pad>` 0, `<sos>` 1, `<eos>` 2, then the words in order of first appearance
 (`build_vocab`), usually with no `<unk>`. This package fixes pad 0, unk 1, bos 2, eos 3
-(data/specials.py), so the rows are reordered, as for an imported Marian vocabulary:
+(common/specials.py), so the rows are reordered, as for an imported Marian vocabulary:
 
     ours:    0 (pad)   1 (unk)                       2 (bos)   3 (eos)   4, 5, ...
     theirs:  <pad>     <unk>, or a row of our own    <sos>     <eos>     the other ids, in order
@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from transformer_mt.data.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
+from transformer_mt.common.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID
 from transformer_mt.data.tokenizers.protocol import OneFile
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.files import read_json_file

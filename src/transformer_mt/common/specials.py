@@ -10,5 +10,6 @@ them (data/tokenizers/marian.py)."""
 from __future__ import annotations
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_NAMES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 SPECIAL_IDS = frozenset({PAD_ID, BOS_ID, EOS_ID})  # never part of a translation's text
 NEVER_EMITTED = (PAD_ID, BOS_ID)  # the decoders never choose these (Hugging Face bans pad too)
