@@ -5,6 +5,7 @@ processes train as one; bad input is one line, exit code 2, nothing written into
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -46,21 +47,28 @@ def their_file(folder: Path, name: str, text: str | None = None) -> Path:
 @pytest.fixture(scope="module")
 def learner_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The tiny preset (the copy task) trained on each convention's file, whose original is
-    then deleted: only the run's copy is left."""
+    then deleted: only the run's copy is left. Beside each run, at_end.json: the translations of
+    its model as training left it in memory."""
     runs = {}
     for name in CONVENTIONS:
         folder = tmp_path_factory.mktemp(name)
         path = their_file(folder / "mine", name)
         runs[name] = folder / "run"
         builder = "make_model" if name == "annotated" else "get_model"
-        fit(load_config("tiny", [*LEARNS, f"--model.file={path}:{builder}"]), runs[name], progress=False)
+        trainer = fit(load_config("tiny", [*LEARNS, f"--model.file={path}:{builder}"]), runs[name], progress=False)
+        reloaded = Translator.from_run(runs[name], device="cpu")
+        at_end = Translator(trainer.model, reloaded.tokenizer, reloaded.defaults, torch.device("cpu"))
+        (folder / "at_end.json").write_text(json.dumps(at_end.translate(first_lines(runs[name]))))
         path.unlink()
     return runs
 
 
+def first_lines(run: Path, count: int = 60) -> list[str]:
+    return (run / "data" / "test.src").read_text().splitlines()[:count]
+
+
 def exact(translator: Translator, run: Path, beam: int) -> float:
-    src = (run / "data" / "test.src").read_text().splitlines()[:60]
-    ref = (run / "data" / "test.tgt").read_text().splitlines()[:60]
+    src, ref = first_lines(run), (run / "data" / "test.tgt").read_text().splitlines()[:60]
     return sum(h == r for h, r in zip(translator.translate(src, beam=beam), ref)) / len(ref)
 
 
@@ -72,7 +80,20 @@ def test_both_conventions_learn_the_copy_task_and_translate_with_their_file_dele
     assert validations[-1]["exact_match"] >= 0.85
     translator = Translator.from_run(run, device="cpu")
     assert exact(translator, run, beam=1) >= 0.85 and exact(translator, run, beam=4) >= 0.85
-    assert translator.translate_nbest(["w1 w2 w3"], 3)[0][0][1] <= 0.0
+    nbest = translator.translate_nbest(["w1 w2 w3"], 3)[0]  # [(translation, score)] best first
+    assert nbest[0][0] == translator.translate(["w1 w2 w3"], beam=3)[0]
+    assert [score for _, score in nbest] == sorted((score for _, score in nbest), reverse=True)
+
+
+def test_their_run_loaded_again_translates_as_the_model_training_left_in_memory(
+        learner_runs: dict[str, Path]) -> None:
+    """Every parameter and buffer of a reloaded run comes from its weights (a strict load): its
+    translations are those of the model at the end of training (one validation, at the last step:
+    best.safetensors holds those weights)."""
+    for run in learner_runs.values():
+        at_end = json.loads((run.parent / "at_end.json").read_text())
+        assert Translator.from_run(run, device="cpu").translate(first_lines(run)) == at_end
+        assert len(set(at_end)) > 30  # sixty lines, most of them different
 
 
 def test_the_weights_of_their_run_load_into_their_own_code(learner_runs: dict[str, Path]) -> None:
@@ -80,7 +101,8 @@ def test_the_weights_of_their_run_load_into_their_own_code(learner_runs: dict[st
     theirs = module.make_model(37, 37, N=2, d_model=64, d_ff=128, h=4, dropout=0.0)
     load_weights(theirs, learner_runs["annotated"] / "best.safetensors")
     record = json.loads((learner_runs["annotated"] / "model.json").read_text())
-    assert record["name"] == "make_model" and len(record["sha256"]) == 64
+    kept = hashlib.sha256((learner_runs["annotated"] / "model.py").read_bytes()).hexdigest()
+    assert record["name"] == "make_model" and record["sha256"] == kept
 
 
 def test_the_page_and_the_doctor_read_their_run(learner_runs: dict[str, Path]) -> None:
@@ -104,13 +126,16 @@ def test_the_page_and_the_doctor_read_their_run(learner_runs: dict[str, Path]) -
 
 
 def test_a_resumed_run_of_their_model_ends_bit_identical_with_their_files_deleted(tmp_path: Path) -> None:
-    """adapter.py imports tutorial.py beside it: the run keeps both."""
-    their_file(tmp_path / "mine", "tutorial")
-    path = their_file(tmp_path / "mine", "adapter")
+    """adapter.py imports parts/tutorial.py from a sub-folder of its own: the run keeps both."""
+    their_file(tmp_path / "mine" / "parts", "tutorial")
+    adapter = (CHECK_CASES / "adapter.py").read_text(encoding="utf-8").replace("from tutorial import",
+                                                                                "from parts.tutorial import")
+    path = their_file(tmp_path / "mine", "adapter", adapter)
     straight = tmp_path / "straight"
     fit(load_config("tiny", [*FAST, f"--model.file={path}"]), straight, progress=False)
     shutil.rmtree(path.parent)  # the resume reads the run's copies
-    assert (straight / "model_imports" / "tutorial.py").read_bytes() == (CHECK_CASES / "tutorial.py").read_bytes()
+    kept = straight / "model_imports" / "parts" / "tutorial.py"
+    assert kept.read_bytes() == (CHECK_CASES / "tutorial.py").read_bytes()
     assert_same_state(resume_from(straight, 10, tmp_path / "resumed"))
 
 

@@ -21,7 +21,7 @@ from transformer_mt.common.errors import UserError
 
 BUILDER_NAMES = ("make_model", "get_model", "Transformer")  # tried in this order when FILE has no :NAME
 _COUNTER = itertools.count()
-_IMPORTED_BESIDE: dict[str, list[Path]] = {}  # a load_file module's name -> the files of theirs it imported
+_IMPORTED_BESIDE: dict[str, dict[Path, Path]] = {}  # a load_file module's name -> its files' (relative: absolute)
 
 
 class ImportTimeout(BaseException):
@@ -120,23 +120,33 @@ def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> 
     return module
 
 
-def their_imports(module: types.ModuleType) -> list[Path]:
-    """The learner's other files that `module` (a `load_file` result) imported from its folder,
-    such as a tutorial's Layers.py and Sublayers.py: what a run keeps beside its copy."""
-    return _IMPORTED_BESIDE.get(module.__name__, [])
+def their_imports(module: types.ModuleType) -> dict[Path, Path]:
+    """The learner's other files that `module` (a `load_file` result) imported from its folder
+    or a sub-folder of it, such as a tutorial's Layers.py or layers/attention.py, each by its
+    path relative to that folder: what a run keeps beside its copy."""
+    return _IMPORTED_BESIDE.get(module.__name__, {})
 
 
-def forget_imports_beside(before: set[str], folders: list[Path]) -> list[Path]:
-    """Remove from sys.modules the modules imported since `before` from `folders` (their own
-    files: a second file of theirs with a sibling of the same name gets its own), and return
-    their files."""
-    found = []
+def installed(path: Path) -> bool:
+    """Whether `path` belongs to an installed package (a virtual environment inside their folder)."""
+    prefixes = {Path(prefix).resolve() for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return bool({"site-packages", "dist-packages"} & set(path.parts)) or any(p in path.parents for p in prefixes)
+
+
+def forget_imports_beside(before: set[str], folders: list[Path]) -> dict[Path, Path]:
+    """Remove from sys.modules the modules imported since `before` from `folders` or their
+    sub-folders (their own files: a second file of theirs with a sibling of the same name gets its
+    own), and return their files, each under its path relative to its folder."""
+    found = {}
     for name in set(sys.modules) - before:
         file = getattr(sys.modules[name], "__file__", None)
-        if isinstance(file, str) and Path(file).resolve().parent in folders:
-            found.append(Path(file).resolve())
+        path = Path(file).resolve() if isinstance(file, str) else None
+        folder = max((folder for folder in folders if path and folder in path.parents), key=lambda f: len(f.parts),
+                     default=None)  # the deepest: a run's model_imports/ lies inside the run
+        if folder is not None and not installed(path):
+            found[path.relative_to(folder)] = path
             del sys.modules[name]
-    return sorted(found)
+    return dict(sorted(found.items()))
 
 
 def split_target(target: str) -> tuple[Path, str | None]:

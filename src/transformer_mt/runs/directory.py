@@ -349,19 +349,19 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def keep_learner_file(run: RunDir, source: LearnerSource, original: Path, imports: list[Path]) -> None:
+def keep_learner_file(run: RunDir, source: LearnerSource, original: Path, imports: dict[Path, Path]) -> None:
     """Copy the learner's file into the run with its record, atomically, and the files of theirs
-    it imports (`imports`) into model_imports/: the run then loads with the originals moved,
-    edited or deleted. `original`: the file they named."""
-    for path in imports:
-        run.learner_imports.mkdir(parents=True, exist_ok=True)
-        with atomic_path(run.learner_imports / path.name) as tmp:
+    it imports (`imports`: relative path -> file) into model_imports/, sub-folders kept: the run
+    then loads with the originals moved, edited or deleted. `original`: the file they named."""
+    for relative, path in imports.items():
+        (run.learner_imports / relative).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(run.learner_imports / relative) as tmp:
             tmp.write_bytes(path.read_bytes())
     data = source.path.read_bytes()
     with atomic_path(run.learner_file) as tmp:
         tmp.write_bytes(data)
     record = {"file": str(original.resolve()), "name": source.name, "sha256": sha256_of(data),
-              "encoding": source.encoding, "imports": [path.name for path in imports], "longest": source.longest}
+              "encoding": source.encoding, "imports": [str(relative) for relative in imports], "longest": source.longest}
     atomic_write_text(run.learner_record, json.dumps(record, indent=2) + "\n")
 
 
