@@ -11,12 +11,16 @@ import time
 import torch
 import torch.nn.functional as F
 
+from transformer_mt.common.specials import PAD_ID
+from transformer_mt.decoding.greedy import greedy_decode
 from transformer_mt.learner.building import Sizes
+from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner
 from transformer_mt.check.result import NotChecked, Outcome, failed, passed
 from transformer_mt.check.subject import Subject
 
 SIZES = Sizes(src_vocab=11, tgt_vocab=11, N=2, d_model=64, d_ff=128, h=4, dropout=0.0)
-LENGTH = 10  # tokens per sequence, the first one the start symbol 1, as the Annotated Transformer's data_gen
+LENGTH = 10  # tokens per sequence, the first one the start symbol, as the Annotated Transformer's data_gen
+START = 1
 BATCH = 32
 STEPS = 1000
 WARMUP = 60  # steps of linear warmup to LEARNING_RATE (a post-norm model needs it), then down to 0
@@ -31,33 +35,25 @@ SEED = 0  # the model's draws and the batches'
 def copy_batch(size: int, generator: torch.Generator) -> torch.Tensor:
     """(size, LENGTH) sequences of ids 1 .. 10, each starting with 1."""
     data = torch.randint(1, SIZES.tgt_vocab, (size, LENGTH), generator=generator)
-    data[:, 0] = 1
+    data[:, 0] = START
     return data
 
 
-def greedy(subject: Subject, model: torch.nn.Module, src: torch.Tensor) -> torch.Tensor:
-    """Greedy decoding from the start symbol, one full teacher-forced pass per step."""
-    ys = src[:, :1]
-    for _ in range(LENGTH - 1):
-        out = subject.convention.run(model, src, ys, *subject.masks.make(src, ys))  # (B, t, V)
-        ys = torch.cat([ys, out[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return ys
-
-
-def copied(subject: Subject, model: torch.nn.Module, src: torch.Tensor) -> float:
-    """The share of the sequences `src` (N, LENGTH) that greedy decoding copies exactly."""
+def copied(model: LearnerModel, src: torch.Tensor) -> float:
+    """The share of the sequences `src` (N, LENGTH) that greedy decoding (decoding/greedy.py, as
+    `translate` decodes) copies exactly after the start symbol. The copy task has no end symbol:
+    its eos is the padding id, which is never emitted."""
     model.eval()
-    with torch.no_grad():
-        exact = float((greedy(subject, model, src) == src).all(1).float().mean())
+    tokens, _ = greedy_decode(model, src, LENGTH - 1, START, PAD_ID, PAD_ID, use_cache=False, banned=(PAD_ID,))
     model.train()
-    return exact
+    return float((tokens[:, : LENGTH - 1] == src[:, 1:]).all(1).float().mean())
 
 
 def trained(subject: Subject) -> tuple[int, float, float, float]:
     """(steps, held-out exact match, the last steps' mean loss, seconds): Adam on the copy task
     until the model copies EXACT of the held-out sequences (decoded every EVALUATE_EVERY steps) or
     for STEPS steps. The learning rate warms up over WARMUP steps, then falls to 0 at STEPS."""
-    model = subject.build(SIZES, SEED).train()
+    model = build_learner(subject.module, LearnerSource(subject.path, subject.name, subject.masks.encoding), SIZES, SEED)
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.98), eps=1e-9)
     generator = torch.Generator().manual_seed(SEED)
     held_out = copy_batch(HELD_OUT, torch.Generator().manual_seed(12345))
@@ -67,7 +63,7 @@ def trained(subject: Subject) -> tuple[int, float, float, float]:
             group["lr"] = LEARNING_RATE * min(step / WARMUP, (STEPS - step + 1) / (STEPS - WARMUP))
         data = copy_batch(BATCH, generator)
         src, tgt_in, tgt_out = data, data[:, :-1], data[:, 1:]
-        out = subject.convention.run(model, src, tgt_in, *subject.masks.make(src, tgt_in))  # (B, T, V)
+        out = model.teacher_forced(src, tgt_in)  # (B, T, V)
         # cross_entropy's log_softmax leaves log-probabilities as they are: one loss for both conventions
         loss = F.cross_entropy(out.reshape(-1, out.size(-1)).float(), tgt_out.reshape(-1))
         optimizer.zero_grad()
@@ -77,7 +73,7 @@ def trained(subject: Subject) -> tuple[int, float, float, float]:
         if time.perf_counter() - started > MAX_SECONDS:
             raise NotChecked(f"{step} of {STEPS} training steps took over {MAX_SECONDS} s at d_model "
                              f"{SIZES.d_model}: too slow to check here")
-        if (step % EVALUATE_EVERY == 0 or step == STEPS) and (exact := copied(subject, model, held_out)) >= EXACT:
+        if (step % EVALUATE_EVERY == 0 or step == STEPS) and (exact := copied(model, held_out)) >= EXACT:
             break
     return step, exact, sum(losses[-50:]) / len(losses[-50:]), time.perf_counter() - started
 

@@ -4,7 +4,6 @@ feed it."""
 
 from __future__ import annotations
 
-import contextlib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,9 +12,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from transformer_mt.learner.building import SRC_LENGTHS, Sizes, build, padded, probe_batch
+from transformer_mt.learner.building import SRC_LENGTHS, Sizes, padded, probe_batch
 from transformer_mt.learner.conventions import Convention
-from transformer_mt.learner.faults import DropoutInEval
 from transformer_mt.learner.loading import load_file
 from transformer_mt.learner.masks import MaskSource
 from transformer_mt.learner.model import LearnerModel, LearnerSource, build_learner
@@ -57,10 +55,7 @@ class Subject:
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, masks: tuple[Any, Any] | None = None) -> torch.Tensor:
         """One teacher-forced pass (B, T, tgt_vocab), with the masks of `self.masks` unless given;
         in eval mode a dropout of theirs that still drops is off (the `dropout` check says so)."""
-        src_mask, tgt_mask = masks if masks is not None else self.masks.make(src, tgt)
-        off = DropoutInEval(self.path) if self.built.eval_dropout and not self.model.training else contextlib.nullcontext()
-        with off:
-            return self.convention.run(self.model, src, tgt, src_mask, tgt_mask)
+        return self.built.teacher_forced(src, tgt, masks)
     def recorded(self) -> list[Call]:
         """Every module call of one pass over the padded batch, recorded once."""
         if "pass" not in self.cache:
@@ -75,10 +70,6 @@ class Subject:
     def parameters(self) -> dict[str, nn.Parameter]:
         """Each parameter once (a tied one under its first name)."""
         return dict(self.model.named_parameters())
-
-    def build(self, sizes: Sizes, seed: int = 0) -> nn.Module:
-        """Another model from the same builder (learns_copy trains one)."""
-        return build(self.name, self.builder, sizes, self.path, seed)[0]
 
 
 def open_subject(path: Path, name: str | None = None, sizes: Sizes = Sizes(), seconds: float = 20.0) -> Subject:

@@ -2,10 +2,11 @@
 decoding and web page drive (model/transformer.py's EncoderDecoder): `encode(src, src_mask)`,
 `decode(memory, src_mask, tgt)`, `forward(src, tgt, src_mask)` and a `generator`.
 
-Their code stays as written. In the Annotated Transformer's convention `encode` and `decode`
-are theirs and `generator.logits` is their generator's log-probabilities; in the tutorial's,
-`encode` keeps the source ids (their forward encodes them again) and `decode` is their
-forward, whose logits `generator.logits` passes on. Both feed the label-smoothed loss as they
+Their code stays as written, each pass as their convention runs it (learner/conventions.py). In
+the Annotated Transformer's convention `encode` and `decode` are theirs and `generator.logits` is
+their generator's log-probabilities; in the tutorial's, `encode` keeps the source ids (their
+forward encodes them again) and `decode` is their forward, whose logits `generator.logits`
+passes on. Both feed the label-smoothed loss as they
 are: softmax(log p) = p, so the loss of log-probabilities is the loss of the logits they came
 from. Their masks come from their file's mask functions where it has them, else from the kit
 in the encoding their attention reads (learner/masks.py); our (B, 1, 1, S) source mask, which
@@ -24,6 +25,7 @@ their forward on the whole prefix (compared once, on the first call that can sho
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +39,7 @@ from transformer_mt.common.config import ModelConfig
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.specials import PAD_ID
 from transformer_mt.learner.building import BATCH, SRC_LEN, TGT_LEN, Sizes, build, probe_batch
-from transformer_mt.learner.conventions import ANNOTATED, Convention, convention_of
+from transformer_mt.learner.conventions import Convention, convention_of
 from transformer_mt.learner.faults import (DropoutInEval, batch_first_fed, eval_dropout_message, sequence_first_message,
                                            sequence_first_modules, taken, tuple_note)
 from transformer_mt.learner.loading import described, find_builder, line_in, located
@@ -79,11 +81,11 @@ class LearnerGenerator:
     `generator(x)` log-probabilities. Not an nn.Module: their generator is already a
     sub-module of their model, and registered twice it would be saved twice."""
 
-    def __init__(self, project: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
-        self.project = project
+    def __init__(self, project: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.project = project  # the convention's scores: their generator, or nothing to do
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.project is None else self.project(x)
+        return self.project(x)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(self.logits(x).float(), dim=-1)
@@ -110,13 +112,11 @@ class LearnerModel(nn.Module):
         self.name, self.builder, self.call, self.notes = "", None, "", []
         self.eval_dropout: list[int | None] = []
         self.eval_random = False
-        self.annotated = convention is ANNOTATED  # a flag, not `is` later: copy.deepcopy copies the convention
-        self.generator = LearnerGenerator((lambda x: taken(learner.generator(x))) if convention is ANNOTATED
-                                          else None)
+        self.generator = LearnerGenerator(functools.partial(convention.scores, learner))
         self.max_positions = min(sizes.max_len, source.longest or sizes.max_len)  # what decoding may feed
         self.tgt_vocab_size, self.n_heads, self.d_model = sizes.tgt_vocab, sizes.h, sizes.d_model
         self._attention: dict[str, list[nn.Module]] | None = None
-        self._last_only: str | None = output_layer_name(learner, sizes.tgt_vocab) if not self.annotated else None
+        self._last_only: str | None = convention.output_layer(learner, sizes.tgt_vocab)
         self._last_only_checked = False
         self._encoder: str | None = ""  # their encoder's name; "": not looked for yet, None: not reused
 
@@ -181,11 +181,8 @@ class LearnerModel(nn.Module):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (B, S) -> their memory (B, S, d_model); the tutorial's: their encoder's output
         where decoding may reuse it (`encoder_output`), else the ids themselves (B, S)."""
-        if not self.annotated:
-            return self.encoder_output(src)
-        their_src_mask = self.masks.make(src, src[:, :1])[0]
         with self.eval_mode():
-            return taken(self.learner.encode(src, their_src_mask))
+            return self.convention.encode(self, src)
 
     def encoder_output(self, src: torch.Tensor) -> torch.Tensor:
         """The tutorial's memory: what their encoder gives in one pass of their forward on `src`
@@ -196,12 +193,11 @@ class LearnerModel(nn.Module):
         first = src.new_ones((src.size(0), 1))  # (B, 1): a target of one token, which their encoder does not read
         masks = self.masks.make(src, first)
         if self._encoder:
-            with outputs_of(self.learner.get_submodule(self._encoder)) as given, self.eval_mode():
+            with outputs_of(self.learner.get_submodule(self._encoder)) as given:
                 self.learner(src, first, *masks)
             return given[0] if len(given) == 1 and is_memory(given[0], src, self.d_model) else src
         whole: list[torch.Tensor] = []
-        with self.eval_mode():
-            calls = record(self.learner, lambda: whole.append(taken(self.learner(src, first, *masks))))
+        calls = record(self.learner, lambda: whole.append(taken(self.learner(src, first, *masks))))
         encoder = next((call for call in calls if call.module is not self.learner and call.input_ids[:1] == [id(src)]
                         and is_memory(call.output, src, self.d_model)), None)  # the first called with the ids
         self._encoder = encoder.name if encoder else None
@@ -215,9 +211,8 @@ class LearnerModel(nn.Module):
         (B, S) for the ids, 1 at real tokens and PAD_ID elsewhere (their masks read only which are
         padding)."""
         if not memory.is_floating_point():
-            with self.eval_mode():
-                return taken(self.learner(memory, tgt, *self.masks.make(memory, tgt)))
-        with given_back(self.learner.get_submodule(self._encoder), memory), self.eval_mode():
+            return taken(self.learner(memory, tgt, *self.masks.make(memory, tgt)))
+        with given_back(self.learner.get_submodule(self._encoder), memory):
             return taken(self.learner(their_src, tgt, *self.masks.make(their_src, tgt)))
 
     def decode(self, memory: torch.Tensor, src_mask: torch.Tensor, tgt: torch.Tensor,
@@ -226,11 +221,8 @@ class LearnerModel(nn.Module):
         tutorial's logits (B, T, V)."""
         if cache is not None:
             raise ValueError("a learner's model keeps no cache: decode the whole prefix")
-        if not self.annotated:
-            return self.last_logits(memory, self.source_ids(src_mask), tgt)
-        their_src_mask, their_tgt_mask = self.masks.make(self.source_ids(src_mask), tgt)
         with self.eval_mode():
-            return taken(self.learner.decode(memory, their_src_mask, tgt, their_tgt_mask))
+            return self.convention.decode(self, memory, self.source_ids(src_mask), tgt)
 
     def last_logits(self, memory: torch.Tensor, their_src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """The tutorial's logits while decoding (`their_forward`'s arguments): (B, 1, V) for the
@@ -256,11 +248,8 @@ class LearnerModel(nn.Module):
                 tgt_mask: Any = None) -> torch.Tensor:
         """Teacher forcing: states (B, T, d_model) or the tutorial's logits (B, T, V), for
         `generator.logits`; our src_mask is not needed (their masks are made from src)."""
-        src_mask, tgt_mask = self.masks.make(src, tgt)
         with self.eval_mode():
-            if not self.annotated:
-                return taken(self.learner(src, tgt, src_mask, tgt_mask))
-            return taken(self.learner.decode(taken(self.learner.encode(src, src_mask)), src_mask, tgt, tgt_mask))
+            return self.convention.states(self.learner, src, tgt, *self.masks.make(src, tgt))
 
     # ---- their attention, found as `check` finds it ----------------------------------------
     def attention_layers(self) -> dict[str, list[nn.Module]]:
@@ -317,14 +306,6 @@ class LearnerModel(nn.Module):
         finally:
             for handle in handles:
                 handle.remove()
-
-
-def output_layer_name(learner: nn.Module, tgt_vocab: int) -> str | None:
-    """The name of their one nn.Linear to the target vocabulary (the tutorial's `self.out`),
-    None where there is none or more than one."""
-    names = [name for name, module in learner.named_modules()
-             if isinstance(module, nn.Linear) and module.out_features == tgt_vocab]
-    return names[0] if len(names) == 1 else None
 
 
 def same_scores(scores: torch.Tensor, reference: torch.Tensor) -> bool:
