@@ -15,6 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
 from torch import nn
 
 from transformer_mt.common.config import SECTIONS, Config, ConfigError, ModelConfig, replace
@@ -27,7 +28,7 @@ from transformer_mt.common.errors import UserError
 from transformer_mt.runs.directory import RunDir, load_run_weights
 from transformer_mt.training.distributed import DistributedContext, barrier, cleanup, setup_distributed
 from transformer_mt.training.language_model import LanguageModelTask
-from transformer_mt.training.learner import first_loss_finite, learner_model, open_learner_file
+from transformer_mt.training.learner import LearnerFile, first_loss_finite, learner_model, open_learner_file
 from transformer_mt.training.plan import RESUMABLE, BudgetTooShort, make_plan
 from transformer_mt.training.trainer import RunContext, Trainer, seed_everything
 from transformer_mt.training.translation import TranslationTask
@@ -112,6 +113,20 @@ def make_task(cfg: Config, run: RunDir, ctx: DistributedContext,
     return kind.prepare(cfg, run, ctx, progress)
 
 
+def make_model(cfg: Config, run: RunDir, task: TranslationTask | LanguageModelTask, ctx: DistributedContext,
+               device: torch.device, learner: LearnerFile | None) -> nn.Module:
+    """The model `cfg` trains, whatever its source: ours (task.build_model, model.arch) or the
+    learner's file (`learner`: built at the run's sizes and checked before a new run's first step),
+    its weights from the run train.init_from names when fine-tuning (a resume then replaces them
+    with its checkpoint's)."""
+    model = learner_model(learner, cfg, run, ctx.is_main, task.longest()) if learner else task.build_model()
+    if cfg.train.init_from:
+        initialize_from(model, cfg)
+    if learner and learner.kept != run:  # a new run of their model: its first loss before any step
+        first_loss_finite(model, task, cfg, ctx, device, learner.original)
+    return model
+
+
 def initialize_from(model: nn.Module, cfg: Config) -> None:
     """Load the weights of the run train.init_from into `model` (fine-tuning starts
     there; its own optimizer, schedule and data). The model section must describe the
@@ -159,15 +174,10 @@ def fit(cfg: Config | None, run_dir: str | Path, progress: bool = True,
             if ctx.is_main and not new_run and cfg != run.read_config():
                 run.write_config(cfg)  # a resume's new plan, for the resumes after it
             seed_everything(cfg.train.seed)
-            model = (learner_model(learner, cfg, run, ctx.is_main, task.longest()) if learner
-                     else task.build_model())
-            if cfg.train.init_from:  # a resume then replaces these weights with its checkpoint's
-                initialize_from(model, cfg)
+            model = make_model(cfg, run, task, ctx, device, learner)
             plan = make_plan(cfg.train, cfg.model.d_model, announce=ctx.is_main)
             context = RunContext(cfg, run, task, model, device, ctx.rank, ctx.world_size)
             trainer = Trainer(context, plan, progress, clock)
-            if learner and new_run:
-                first_loss_finite(trainer.first_loss, learner.original, f"{trainer.precision} on {device}")
         if ctx.is_main:
             t = cfg.train
             log.info("%s, %s on %s", task.summary(trainer.batches), trainer.precision, device)

@@ -16,8 +16,6 @@ import math
 import types
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
-
 import torch
 
 from transformer_mt.check.behaviour import output_kind
@@ -25,6 +23,7 @@ from transformer_mt.check.report import prepare, run_checks
 from transformer_mt.check.result import FAIL
 from transformer_mt.check.subject import Subject, subject_of
 from transformer_mt.common.config import Config
+from transformer_mt.common.device import autocast, resolve_precision
 from transformer_mt.common.errors import UserError
 from transformer_mt.learner.building import SRC_LENGTHS, Sizes, padded, probe_batch, size_of
 from transformer_mt.learner.faults import backward_problem, unregistered_state
@@ -33,6 +32,8 @@ from transformer_mt.learner.model import (LearnerModel, LearnerSource, build_lea
                                           raised_message, sizes_for)
 from transformer_mt.model.language_model import build_any_model
 from transformer_mt.runs.directory import RunDir, keep_learner_file, learner_source, sha256_of
+from transformer_mt.training.distributed import DistributedContext
+from transformer_mt.training.task import Task
 
 log = logging.getLogger("transformer_mt")
 
@@ -148,7 +149,8 @@ def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool,
     same). Their file is checked before a new run's first step; a new or fine-tuned run finds
     the longest sentence their model takes (refused if the data holds longer ones) and keeps a
     copy of their file, and of the files of theirs it imports. `data_longest`: the longest
-    sequence of the data as the model reads it (eos or bos included)."""
+    sequence of the data as the model reads it (eos or bos included). fit's make_model then
+    checks the loss of the first training batch (first_loss_finite)."""
     sizes = sizes_for(cfg.model)
     source = learner.source
     if learner.kept is None:  # their file itself: a new run
@@ -171,12 +173,29 @@ def learner_model(learner: LearnerFile, cfg: Config, run: RunDir, is_main: bool,
     return model
 
 
-def first_loss_finite(first_loss: Callable[[], torch.Tensor], path: Path, where: str) -> None:
-    """UserError when their model raises on the first training batch (a batch of many
-    sentences, on the run's device and precision `where`, which the one-sentence probe before
-    it was not) or its loss, before any step, is NaN or infinite."""
+@torch.no_grad()
+def first_loss(model: LearnerModel, task: Task, cfg: Config, ctx: DistributedContext, device: torch.device) -> float:
+    """The loss per token of the first training batch before any step, on the run's device and in
+    its precision, in eval mode (no dropout draws): the batches come from a stream of their own,
+    the run's is untouched."""
+    batch = next(task.train_batches(cfg.train.seed, ctx.rank, ctx.world_size, 1)).to(device)
+    model.to(device).eval()
     try:
-        value = float(first_loss())
+        with autocast(device, resolve_precision(cfg.train.precision, device)):
+            logits, target = task.loss_view(model)(batch)
+        return float(task.criterion(model)(logits, target, 1.0 / max(batch.n_tokens, 1)))
+    finally:
+        model.train()
+
+
+def first_loss_finite(model: LearnerModel, task: Task, cfg: Config, ctx: DistributedContext, device: torch.device,
+                      path: Path) -> None:
+    """UserError when their model raises on the first training batch (a batch of many
+    sentences, on the run's device and precision, which the probe batch before it was not) or
+    its loss, before any step, is NaN or infinite."""
+    where = f"{resolve_precision(cfg.train.precision, device)} on {device}"
+    try:
+        value = first_loss(model, task, cfg, ctx, device)
     except Exception as err:  # noqa: BLE001 (their code: what it raises is theirs)
         raise UserError(raised_message(err, path, f"on the first training batch ({where})",
                                        "run your model on a batch of several padded sentences")) from None

@@ -207,19 +207,6 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": total, "lr": lr, "tokens": n_tokens, "grad_norm": grad_norm}
 
-    @torch.no_grad()
-    def first_loss(self) -> torch.Tensor:
-        """The loss per token of the first training batch before any step, in eval mode (no
-        dropout draws): the batches come from a stream of their own, the run's is untouched."""
-        batch = next(self.task.train_batches(self.cfg.train.seed, self.rank, self.world_size, 1)).to(self.device)
-        self.model.eval()
-        try:
-            with self.autocast():
-                logits, target = self.task.loss_view(self.model)(batch)
-            return self.criterion(logits, target, 1.0 / max(batch.n_tokens, 1))
-        finally:
-            self.model.train()
-
     def agree(self, loss: float, now: float) -> tuple[float, float]:
         """The step's loss summed over the ranks, and rank 0's clock (`now`): one all-reduce, so
         every rank asks the plan about the same time and takes the same decision."""
