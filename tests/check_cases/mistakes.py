@@ -62,9 +62,11 @@ MISTAKES = [
         ("    attn = MultiHeadedAttention(h, d_model, dropout)\n",
          "    d_model, d_ff = 256, 1024\n    attn = MultiHeadedAttention(h, d_model, dropout)\n"),)),
         TRAINED, ("parameters", "the preset's own model has", "ignores")),
-    # prints at import
-    Mistake(Case("prints_at_import", "annotated", (
-        ("import copy\n", "import copy\n\nfor i in range(1000):\n    print('loading', i)\n"),)),
+    # prints at import and in forward
+    Mistake(Case("prints", "annotated", (
+        ("import copy\n", "import copy\n\nfor i in range(1000):\n    print('loading', i)\n"),
+        ("        return F.log_softmax(self.proj(x), dim=-1)",
+         "        print('generator', x.shape)\n        return F.log_softmax(self.proj(x), dim=-1)"))),
         TRAINED, ()),
     # one vocabulary size for two vocabularies
     Mistake(Case("one_vocabulary", "annotated", (

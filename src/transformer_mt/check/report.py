@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from transformer_mt.check import attention, behaviour, copy_task, layers, positions, structure
-from transformer_mt.learner.loading import described, line_in
+from transformer_mt.learner.loading import described, line_in, located
 from transformer_mt.learner.masks import masks_for
 from transformer_mt.check.result import FAIL, NOT_CHECKED, PASS, NotChecked, Outcome, Result, failed
 from transformer_mt.check.subject import Subject
@@ -116,7 +116,7 @@ def run_one(subject: Subject, check: Check) -> Outcome:
         line = line_in(err, subject.path)
         if line is None:
             return Outcome(NOT_CHECKED, f"the check could not run the model: {described(err)}")
-        return failed(f"{subject.path.name}:{line} raised {described(err)} when the check ran the model",
+        return failed(f"{located(subject.path, line)} raised {described(err)} when the check ran the model",
                       f"run your model on a batch of {BATCH} sentences of {SRC_LEN} and {TGT_LEN} tokens and fix "
                       "that line")
     finally:

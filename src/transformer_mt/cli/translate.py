@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ import select
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TextIO
 
 from transformer_mt.cli import (
     add_checkpoint_flag, add_device_flag, add_dtype_flag, add_option_flag, add_tokenize_flag, path_arg, positive_int,
@@ -165,18 +166,18 @@ def stdin_batches(fd: int, max_lines: int = STREAM_LINES) -> Iterator[list[bytes
         yield lines[start : start + max_lines]
 
 
-def stream(translator, settings, nbest: int, raw_nbest: bool = False) -> None:
-    """stdin to stdout, answering each group of waiting lines before reading on."""
+def stream(translator, settings, nbest: int, out: TextIO, raw_nbest: bool = False) -> None:
+    """stdin to `out`, answering each group of waiting lines before reading on."""
     number = 0
     for raw_lines in stdin_batches(sys.stdin.fileno()):
         lines = [decode_line(raw, number + i + 1) for i, raw in enumerate(raw_lines)]
         for line in output_lines(translator, settings, lines, nbest, number, raw_nbest):
-            sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+            out.write(line + "\n")
+        out.flush()
         number += len(lines)
 
 
-def interactive(translator, settings, nbest: int, raw_nbest: bool = False) -> None:
+def interactive(translator, settings, nbest: int, out: TextIO, raw_nbest: bool = False) -> None:
     """A prompt at a terminal: type a sentence, get its translation; Ctrl-D ends."""
     print("Type a sentence and press Enter; Ctrl-D to quit.", file=sys.stderr)
     number = 0
@@ -186,21 +187,29 @@ def interactive(translator, settings, nbest: int, raw_nbest: bool = False) -> No
         if not line:
             print(file=sys.stderr)
             return
-        for out in output_lines(translator, settings, [line.rstrip("\r\n")], nbest, number, raw_nbest):
-            print(out, flush=True)
+        for translation in output_lines(translator, settings, [line.rstrip("\r\n")], nbest, number, raw_nbest):
+            print(translation, file=out, flush=True)
         number += 1
 
 
 def run_translate(args: argparse.Namespace) -> int:
+    """Translations alone on stdout: whatever the model's code prints (a learner's file: its
+    imports, its forward) goes to stderr."""
+    translations = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        return translate_to(args, translations)
+
+
+def translate_to(args: argparse.Namespace, out: TextIO) -> int:
     if args.output is not None:
         check_output(args.output, "-o", args.run, {"-i": args.input})
     reuse_freed_memory()
     translator, settings = load_translator(args, args.nbest)
     if args.input is None and args.output is None:
         if sys.stdin.isatty():
-            interactive(translator, settings, args.nbest, args.raw_nbest)
+            interactive(translator, settings, args.nbest, out, args.raw_nbest)
         else:
-            stream(translator, settings, args.nbest, args.raw_nbest)
+            stream(translator, settings, args.nbest, out, args.raw_nbest)
         return 0
     if args.input is not None:
         lines = read_lines(args.input)
@@ -212,8 +221,8 @@ def run_translate(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", len(lines), seconds, len(lines) / max(seconds, 1e-9))
     if args.output is None:
-        sys.stdout.writelines(line + "\n" for line in outputs)
-        sys.stdout.flush()
+        out.writelines(line + "\n" for line in outputs)
+        out.flush()
     else:
         write_lines_atomic(args.output, outputs)
     return 0

@@ -94,7 +94,7 @@ def load_file(path: Path, seconds: float = 20.0, beside: Path | None = None) -> 
     try:
         code = compile(path.read_bytes(), str(path), "exec")
     except SyntaxError as err:
-        raise UserError(f"{path}:{err.lineno}: syntax error: {err.msg} (python {path} shows the same; fix that "
+        raise UserError(f"{located(path, err.lineno)}: syntax error: {err.msg} (python {path} shows the same; fix that "
                         "line)") from None
     except ValueError as err:  # null bytes
         raise UserError(f"{path}: not Python source ({err})") from None

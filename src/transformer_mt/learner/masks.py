@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import inspect
 import types
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from transformer_mt.learner.building import OPTIONS, Sizes, options, size_of
+from transformer_mt.learner.loading import located
 from transformer_mt.common.specials import PAD_ID, SPECIAL_NAMES
 from transformer_mt.model.masks import subsequent_mask
 
@@ -175,8 +177,8 @@ def padding_id_problem(name: str, function: Callable[..., Any], pair: Callable[[
     if seen.numel() < 3 or len(odd) != 1 or int(ids[0, odd[0]]) == PAD_ID:
         return None
     hidden = int(ids[0, odd[0]])
-    line = inspect.getsourcelines(function)[1] if inspect.getsourcefile(function) else None
-    where = f"{inspect.getsourcefile(function)}:{line}" if line else name
+    file = inspect.getsourcefile(function)
+    where = located(Path(file), inspect.getsourcelines(function)[1]) if file else name
     return (f"{where}: {name} hides id {hidden} as padding, and the toolkit pads with id {PAD_ID} (its id {hidden} is "
             f"{SPECIAL_NAMES.get(hidden, 'a word')}, a real token): compare with the padding id it is given "
             f"({signature(name, function)} gets {PAD_ID}), not with {hidden}")
