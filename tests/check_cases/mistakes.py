@@ -38,6 +38,11 @@ MISTAKES = [
         ("return x + self.dropout(sublayer(self.norm(x)))",
          "return x + F.dropout(sublayer(self.norm(x)), 0.1, training=True)"),)),
         TRAINED, ("F.dropout", "training=True", "eval mode"), "dropout"),
+    # random numbers drawn in eval mode: no dropout to turn off, so decoding cannot be made deterministic
+    Mistake(Case("noise_in_eval", "annotated", (
+        ("return self.dropout(x + self.pe[:, : x.size(1)])",
+         "return self.dropout(x + self.pe[:, : x.size(1)] + 0.01 * torch.randn_like(x))"),)),
+        REFUSED, ("every dropout off", "random numbers"), "dropout"),
     # a padding id of their own in their mask function
     Mistake(Case("pad_id_one", "annotated", (
         ("src_mask = (src != pad).unsqueeze(1)", "src_mask = (src != 1).unsqueeze(1)"),

@@ -53,8 +53,12 @@ class Subject:
         return probe_batch(self.sizes)[1]
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor, masks: tuple[Any, Any] | None = None) -> torch.Tensor:
-        """One teacher-forced pass (B, T, tgt_vocab), with the masks of `self.masks` unless given;
-        in eval mode a dropout of theirs that still drops is off (the `dropout` check says so)."""
+        """One teacher-forced pass (B, T, tgt_vocab), with the masks of `self.masks` unless given.
+        In eval mode a dropout of theirs that still drops is off, and a model that draws random
+        numbers anyway draws the same ones on every pass (the `dropout` check names both), so that
+        two passes differ only where their inputs do."""
+        if self.built.eval_random and not self.model.training:
+            torch.manual_seed(0)
         return self.built.teacher_forced(src, tgt, masks)
     def recorded(self) -> list[Call]:
         """Every module call of one pass over the padded batch, recorded once."""

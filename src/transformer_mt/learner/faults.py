@@ -196,6 +196,9 @@ def backward_problem(forward: Callable[[], torch.Tensor], model: nn.Module, path
         with torch.random.fork_rng(devices=[]), torch.enable_grad():
             with InPlace(path) as in_place:
                 out = forward()
+            if not out.requires_grad:
+                return (f"{path}: no parameter gets a gradient: the model's output does not depend on any (a forward "
+                        "run under torch.no_grad(), or a .detach()), so nothing would train")
             out.float().sum().backward()
     except RuntimeError as err:
         if "inplace operation" not in str(err):
