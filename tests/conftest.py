@@ -1,21 +1,32 @@
 """Shared fixtures: tiny trained run directories (a translation run, a language-model run) and
-the one torchrun launch of tests/integration/ddp_worker.py that tests use."""
+the one torchrun launch of tests/integration/ddp_worker.py that tests use.
+
+The suite runs on two pytest-xdist workers, one torch thread each (and one for every process
+they start): a session fixture here is built once, by whichever worker asks first, in a folder
+both read (`shared`), while the other waits on its lock."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
+from filelock import FileLock
 
 from run_helpers import WORLD_SIZE
 from transformer_mt.common.config import load_config
 
-torch.set_num_threads(2)
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1 under xdist; None in a single process
+if WORKER:
+    os.environ["OMP_NUM_THREADS"] = "1"  # the processes the tests start, too: two workers fill two cores
+torch.set_num_threads(1 if WORKER else 2)
 
 TINY_RUN_STEPS = 400  # training steps of the shared tiny_run: the tiny preset's
 
@@ -27,6 +38,20 @@ def tiny_config(**overrides: object):
     return load_config("tiny", [f"--{k.replace('__', '.')}={v}" for k, v in overrides.items()])
 
 
+def shared(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, filled by `build(folder)` once per test session: by this process alone,
+    or under xdist by the first worker to ask, the other waiting on the lock (then reading it)."""
+    root = tmp_path_factory.getbasetemp()
+    folder = (root.parent if WORKER else root) / f"shared_{name}"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory of the `tiny` preset as it is (the copy task, 400 steps, about 30 s;
@@ -34,8 +59,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     trained model does (tests/integration/test_copy_task.py checks that it does)."""
     from transformer_mt.training import fit
 
-    run = tmp_path_factory.mktemp("tiny_run") / "run"
-    fit(tiny_config(), run, progress=False)
+    run = shared(tmp_path_factory, "tiny_run", lambda folder: fit(tiny_config(), folder / "run", progress=False)) / "run"
     assert load_config(run / "config.yaml").train.max_steps == TINY_RUN_STEPS
     return run
 
@@ -46,9 +70,10 @@ def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the number_lines text (shared, read-only): what the generate view's tests serve."""
     from transformer_mt.training import fit
 
-    run = tmp_path_factory.mktemp("lm_run") / "run"
-    fit(load_config("lm_tiny", ["--train.max_steps=60", "--data.task_size=500"]), run, progress=False)
-    return run
+    def build(folder: Path) -> None:
+        fit(load_config("lm_tiny", ["--train.max_steps=60", "--data.task_size=500"]), folder / "run", progress=False)
+
+    return shared(tmp_path_factory, "lm_run", build) / "run"
 
 
 @pytest.fixture(scope="session")
@@ -60,26 +85,31 @@ def ddp_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproce
     c10d rendezvous on localhost, as two machines would be; whichever becomes rank 0, each
     rank keeps its shard and its dropout seed, so this trains what one launcher of two
     processes trains."""
-    out = tmp_path_factory.mktemp("ddp")
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     node = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(WORLD_SIZE), "--nproc_per_node", "1",
-            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-            str(Path(__file__).with_name("integration") / "ddp_worker.py"), str(out)]
-    logs = [out / f"node{n}.log" for n in range(WORLD_SIZE)]  # files, not pipes: neither launcher waits on a full one
-    nodes = []
-    for log in logs:
-        with open(log, "w", encoding="utf-8") as stderr:
-            nodes.append(subprocess.Popen(node, stdout=subprocess.DEVNULL, stderr=stderr,
-                                          env={**os.environ, "OMP_NUM_THREADS": "1"}))
-    try:
-        codes = [n.wait(timeout=300) for n in nodes]
-    finally:
-        for n in nodes:
-            n.kill() if n.poll() is None else None
-    stderr = "".join(log.read_text(encoding="utf-8") for log in logs)
-    result = subprocess.CompletedProcess(node, max(codes), "", stderr)
+            "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:PORT",
+            str(Path(__file__).with_name("integration") / "ddp_worker.py")]
+
+    def launch(out: Path) -> None:
+        with socket.socket() as sock:  # a free port for the rendezvous
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        command = [part.replace("PORT", str(port)) for part in node] + [str(out)]
+        logs = [out / f"node{n}.log" for n in range(WORLD_SIZE)]  # files, not pipes: neither launcher waits on a full one
+        nodes = []
+        for log in logs:
+            with open(log, "w", encoding="utf-8") as stderr:
+                nodes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr,
+                                              env={**os.environ, "OMP_NUM_THREADS": "1"}))
+        try:
+            codes = [n.wait(timeout=300) for n in nodes]
+        finally:
+            for n in nodes:
+                n.kill() if n.poll() is None else None
+        (out / "codes.json").write_text(json.dumps(codes))
+
+    out = shared(tmp_path_factory, "ddp", launch)
+    stderr = "".join((out / f"node{n}.log").read_text(encoding="utf-8") for n in range(WORLD_SIZE))
+    result = subprocess.CompletedProcess(node, max(json.loads((out / "codes.json").read_text())), "", stderr)
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result
 
