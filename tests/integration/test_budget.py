@@ -41,6 +41,8 @@ def budget_config(**overrides: object):
 
 @pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of BUDGET_SECONDS on the ticking clock (~7 s): about 110 steps, the fewest in which the
+    warmup, the decay to zero, the validation and snapshot points each show."""
     run = tmp_path_factory.mktemp("budget") / "run"
     fit(budget_config(), run, progress=False, clock=Ticks())
     return run

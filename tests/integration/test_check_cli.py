@@ -39,6 +39,8 @@ def test_the_command_checks_a_file_in_a_child_process_and_writes_nothing_beside_
 
 
 def test_a_correct_model_learns_to_copy_and_passes_as_soon_as_it_does() -> None:
+    """The one run of learns_copy to a pass (~10 s): 400 steps, the first decoding at which the
+    tutorial's file copies 90% of the held-out sequences."""
     result = run_checks(open_subject(HERE / "tutorial.py"), only=["learns_copy"]).results[0]
     assert result.status == "pass", result.message
     steps = int(re.search(r"after (\d+) steps", result.message)[1])

@@ -198,7 +198,9 @@ def test_the_readme_command_resumes_exactly_after_its_launcher_is_killed(launch,
        too (PR_SET_PDEATHSIG), the last checkpoint stays loadable;
     2. resumed with torchrun: the weights of the uninterrupted run, bit for bit; the
        uninterrupted run is the suite's launch's `nodes` (two launchers, one process each):
-       every rank's random states saved, in rank order."""
+       every rank's random states saved, in rank order.
+    Among the suite's slowest (~20 s): two torchrun launches (each rank imports torch and joins
+    the process group) for the README's 20 steps, the fewest with a checkpoint to resume from."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = readme_command()
     run = tmp_path / command[command.index("--run") + 1]

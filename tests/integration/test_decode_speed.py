@@ -52,6 +52,8 @@ def test_ours_bf16_runs_by_default_only_where_the_cpu_has_native_bf16(native_bf1
 
 
 def test_each_system_runs_in_its_own_process_and_ctranslate2_without_torch() -> None:
+    """decode_speed.py on 2 sentences (~7 s): the time is each system's process starting, one
+    importing torch, one CTranslate2 alone."""
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install 'transformer-mt[interop]')")
     result = subprocess.run([sys.executable, str(BENCHMARKS / "decode_speed.py"), "--presets", "tiny", "--sentences", "2",
                              "--length", "3", "--systems", "ours-fp32", "export-float32", "--threads", "1", "--json"],

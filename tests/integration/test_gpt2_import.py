@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# transformers' GPT-2 classes are reached through the package, when a test runs: importing them here
+# would cost each pytest worker seconds of collection
 transformers = pytest.importorskip("transformers", reason="the reference needs transformers (the interop extra)")
 tokenizers = pytest.importorskip("tokenizers")
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast  # noqa: E402
 
 from transformer_mt.cli import main  # noqa: E402
 from transformer_mt.data.tokenizers.gpt2 import ByteLevelBPETokenizer  # noqa: E402
@@ -48,7 +49,7 @@ def write_bpe(folder: Path) -> int:
     return len(vocab)
 
 
-def perturb(model: GPT2LMHeadModel, seed: int) -> None:
+def perturb(model: transformers.GPT2LMHeadModel, seed: int) -> None:
     """Noise on every weight, bias and LayerNorm (HF's init leaves biases zero and
     LayerNorms one, which hides mapping bugs); the tied lm_head is wte."""
     gen = torch.Generator().manual_seed(seed)
@@ -57,7 +58,7 @@ def perturb(model: GPT2LMHeadModel, seed: int) -> None:
             param.add_(torch.randn(param.shape, generator=gen) * 0.3)
 
 
-def write_gpt2(folder: Path, seed: int = 0, **config: object) -> GPT2LMHeadModel:
+def write_gpt2(folder: Path, seed: int = 0, **config: object) -> transformers.GPT2LMHeadModel:
     """A GPT-2 folder as save_pretrained writes it, and the model (fp32, eval)."""
     folder.mkdir(parents=True)
     size = write_bpe(folder)
@@ -65,14 +66,14 @@ def write_gpt2(folder: Path, seed: int = 0, **config: object) -> GPT2LMHeadModel
                     eos_token_id=size - 1, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)
     settings.update(config)
     torch.manual_seed(seed)
-    model = GPT2LMHeadModel(GPT2Config(**settings))
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**settings))
     perturb(model, seed)
     model.save_pretrained(folder)
     return model.eval()
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GPT2LMHeadModel, Path]:
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, transformers.GPT2LMHeadModel, Path]:
     """(the Hugging Face folder, the reference model, the imported run)."""
     root = tmp_path_factory.mktemp("gpt2")
     model = write_gpt2(root / "hf")
@@ -89,7 +90,7 @@ def our_model(run: Path) -> tuple[ByteLevelBPETokenizer, DecoderOnly]:
 
 def test_token_ids_and_text_equal_gpt2_tokenizer(gpt2) -> None:
     folder, _, run = gpt2
-    theirs, (ours, _) = GPT2TokenizerFast.from_pretrained(folder), our_model(run)
+    theirs, (ours, _) = transformers.GPT2TokenizerFast.from_pretrained(folder), our_model(run)
     assert len(ours) == len(theirs) and ours.end_of_text_id == theirs.eos_token_id == len(theirs) - 1
     ids = ours.encode(LINES)
     assert ids == theirs(LINES).input_ids
@@ -103,7 +104,7 @@ def test_token_ids_and_text_equal_gpt2_tokenizer(gpt2) -> None:
     assert ours.encode_target(LINES) == ids and ours.source_size == len(ours)
 
 
-def reference_logits(model: GPT2LMHeadModel, rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_logits(model: transformers.GPT2LMHeadModel, rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The right-padded batch (B, T) and Hugging Face's logits, given the attention mask."""
     width = max(len(row) for row in rows)
     batch = torch.tensor([row + [pad] * (width - len(row)) for row in rows])
@@ -112,7 +113,7 @@ def reference_logits(model: GPT2LMHeadModel, rows: list[list[int]], pad: int) ->
         return batch, model(input_ids=batch, attention_mask=mask).logits
 
 
-def assert_same_logits(ours: DecoderOnly, model: GPT2LMHeadModel, rows: list[list[int]], pad: int) -> None:
+def assert_same_logits(ours: DecoderOnly, model: transformers.GPT2LMHeadModel, rows: list[list[int]], pad: int) -> None:
     """Our logits equal Hugging Face's at the real positions of the right-padded batch of
     `rows` (padding comes after them; causal attention never lets them see it)."""
     batch, theirs = reference_logits(model, rows, pad)
@@ -131,7 +132,7 @@ def test_logits_equal_on_a_right_padded_batch(gpt2) -> None:
     assert_same_logits(ours, model, rows, tokenizer.end_of_text_id)
 
 
-def hf_greedy(model: GPT2LMHeadModel, prompt: list[int], eos: int) -> list[int]:
+def hf_greedy(model: transformers.GPT2LMHeadModel, prompt: list[int], eos: int) -> list[int]:
     out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                          do_sample=False, max_new_tokens=MAX_NEW, eos_token_id=eos, pad_token_id=eos)
     return out[0, len(prompt):].tolist()
@@ -156,7 +157,7 @@ def test_generate_continues_a_prompt_as_transformers_does(gpt2, capsys) -> None:
     end-of-text first), so its greedy text is transformers' generate(do_sample=False)
     decoded, prompt included, for every prompt."""
     folder, model, run = gpt2
-    theirs = GPT2TokenizerFast.from_pretrained(folder)
+    theirs = transformers.GPT2TokenizerFast.from_pretrained(folder)
     eos = theirs.eos_token_id
     prompts = [*PROMPTS, "numbers 12", "the dog sleeps", "Hello world,"]
     expected = []
@@ -191,10 +192,10 @@ def test_pytorch_model_bin_without_prefix_and_tokenizer_json(tmp_path: Path, gpt
     folder = gpt2[0]
     source = tmp_path / "hf"
     shutil.copytree(folder, source, ignore=shutil.ignore_patterns("model.safetensors", "vocab.json", "merges.txt"))
-    hf_tokenizer = GPT2TokenizerFast.from_pretrained(folder)
+    hf_tokenizer = transformers.GPT2TokenizerFast.from_pretrained(folder)
     hf_tokenizer.add_special_tokens({"pad_token": "[PAD]"})
     hf_tokenizer.save_pretrained(source)
-    model = GPT2LMHeadModel.from_pretrained(folder).eval()
+    model = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
     model.resize_token_embeddings(len(hf_tokenizer))
     model.config.save_pretrained(source)
     state = {key.removeprefix("transformer."): value for key, value in model.state_dict().items()
@@ -203,7 +204,7 @@ def test_pytorch_model_bin_without_prefix_and_tokenizer_json(tmp_path: Path, gpt
     torch.save(state, source / "pytorch_model.bin")
     assert main(["-q", "import", "gpt2", str(source), "--run", str(tmp_path / "run")]) == 0
     tokenizer, ours = our_model(tmp_path / "run")
-    theirs = GPT2TokenizerFast.from_pretrained(source)
+    theirs = transformers.GPT2TokenizerFast.from_pretrained(source)
     lines = [*LINES, "a [PAD] b"]
     assert tokenizer.encode(lines) == theirs(lines).input_ids and tokenizer.piece_to_id("[PAD]") == len(tokenizer) - 1
     rows = tokenizer.encode(PROMPTS[:2])
@@ -229,7 +230,7 @@ def test_reorder_and_upcast_attn_is_the_same_function(tmp_path: Path, gpt2) -> N
     edit_config(source, reorder_and_upcast_attn=True)
     assert main(["-q", "import", "gpt2", str(source), "--run", str(tmp_path / "run")]) == 0
     tokenizer, ours = our_model(tmp_path / "run")
-    model = GPT2LMHeadModel.from_pretrained(source, attn_implementation="eager").eval()
+    model = transformers.GPT2LMHeadModel.from_pretrained(source, attn_implementation="eager").eval()
     rows = tokenizer.encode(PROMPTS)
     assert_same_logits(ours, model, rows, tokenizer.end_of_text_id)
 

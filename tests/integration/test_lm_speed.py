@@ -19,6 +19,8 @@ pytest.importorskip("transformers", reason="the Hugging Face side needs transfor
 
 
 def test_quick_run_reports_every_row(monkeypatch, capsys) -> None:
+    """benchmarks/lm_speed.py --quick as a user runs it (~9 s): each system in a process of its own
+    (ours, Hugging Face's GPT-2), a few steps of each row."""
     monkeypatch.setattr(sys, "argv", [str(BENCHMARKS / "lm_speed.py"), "--quick", "--json"])
     code = load_benchmark("lm_speed").main()
     out, err = capsys.readouterr()

@@ -32,7 +32,8 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A new venv with only the wheel installed; its dependencies come from this
     interpreter's site-packages through a .pth line (no download, and no editable
     install: .pth files of that folder are not processed, so the repository's src/ is
-    not importable)."""
+    not importable). Its ~10 s are pip building the wheel and installing it: what a user's
+    `pip install` does."""
     tmp = tmp_path_factory.mktemp("wheel")
     # A failed build fails the test (run asserts the exit status): the build tools it needs
     # (setuptools, wheel: pyproject's build-system) come with the dev extra the tests run in.

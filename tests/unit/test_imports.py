@@ -97,8 +97,10 @@ def ancestors(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(2, len(parts))]
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
-    """module -> the package modules it imports (the rules of the module docstring)."""
+    """module -> the package modules it imports (the rules of the module docstring); read once,
+    when a test first asks (not while pytest collects)."""
     paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {}
     for name, path in paths.items():
@@ -161,7 +163,6 @@ def modules_of(modules: Iterable[str], *tops: str) -> list[str]:
     return sorted(m for m in modules if m.split(".")[1:2] and m.split(".")[1] in tops)
 
 
-GRAPH = import_graph()
 
 
 def test_the_graph_sees_imports_the_way_python_runs_them(tmp_path: Path) -> None:
@@ -190,40 +191,40 @@ def test_no_import_cycle_in_the_package() -> None:
     importing its own package (`from transformer_mt import __version__`, `from
     transformer_mt.training import fit` inside training/) is left out: Python runs that
     package's __init__ before the module, so it is there already."""
-    graph = {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in GRAPH.items()}
+    graph = {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in import_graph().items()}
     assert (cycle := find_cycle(graph)) is None, " -> ".join(cycle)
 
 
 def test_every_import_goes_to_the_same_layer_or_below() -> None:
-    wrong = [f"{name} -> {dep}" for name, deps in sorted(GRAPH.items()) for dep in sorted(deps)
+    wrong = [f"{name} -> {dep}" for name, deps in sorted(import_graph().items()) for dep in sorted(deps)
              if layer_of(dep) > layer_of(name)]
     assert not wrong, "imports from a higher layer (LAYERS):\n" + "\n".join(wrong)
 
 
 def test_config_imports_nothing_of_the_package() -> None:
-    assert GRAPH["transformer_mt.common.config"] == set()
+    assert import_graph()["transformer_mt.common.config"] == set()
 
 
 def test_model_code_imports_no_data_or_training_code() -> None:
-    for name in modules_of(GRAPH, "model"):
-        found = reachable(GRAPH, name)
+    for name in modules_of(import_graph(), "model"):
+        found = reachable(import_graph(), name)
         assert not modules_of(found, "data", "training"), name
 
 
 @pytest.mark.parametrize("top", NEVER_TRAINING)
 def test_inference_and_learner_code_never_imports_training(top: str) -> None:
-    modules = modules_of(GRAPH, top)
+    modules = modules_of(import_graph(), top)
     assert modules, top
     for name in modules:
-        found = modules_of(reachable(GRAPH, name), "training")
+        found = modules_of(reachable(import_graph(), name), "training")
         assert not found, f"{name} imports {', '.join(found)}"
 
 
 def test_the_server_imports_neither_plots_nor_matplotlib() -> None:
     """Both views of the page (translation and generate) run without viz/ and matplotlib."""
     libraries = external_imports()
-    for name in modules_of(GRAPH, "server"):
-        found = reachable(GRAPH, name) | {name}
+    for name in modules_of(import_graph(), "server"):
+        found = reachable(import_graph(), name) | {name}
         assert not modules_of(found, "viz"), name
         assert not {m for m in found if "matplotlib" in libraries[m]}, name
 
@@ -231,14 +232,14 @@ def test_the_server_imports_neither_plots_nor_matplotlib() -> None:
 def test_training_and_the_views_import_each_other_not() -> None:
     """training/, server/ and viz/ share a layer; none of them imports another."""
     for top, others in (("training", ("server", "viz")), ("server", ("training", "viz")), ("viz", ("training", "server"))):
-        for name in modules_of(GRAPH, top):
-            assert not modules_of(GRAPH[name], *others), name
+        for name in modules_of(import_graph(), top):
+            assert not modules_of(import_graph()[name], *others), name
 
 
 def test_the_trainer_imports_neither_the_translator_nor_evaluation() -> None:
     """The loop's own imports (the training package's __init__, which offers `fit`, aside)."""
-    assert "transformer_mt.inference.translator" in reachable(GRAPH, "transformer_mt.training.translation")  # the check sees
-    graph = {name: deps - {"transformer_mt.training"} for name, deps in GRAPH.items()}
+    assert "transformer_mt.inference.translator" in reachable(import_graph(), "transformer_mt.training.translation")  # the check sees
+    graph = {name: deps - {"transformer_mt.training"} for name, deps in import_graph().items()}
     for module in ("transformer_mt.training.trainer", "transformer_mt.training.plan", "transformer_mt.training.task"):
         found = reachable(graph, module)
         assert not found & {"transformer_mt.inference.translator", "transformer_mt.common.evaluation"}, module
@@ -249,11 +250,11 @@ def test_python_loads_no_more_than_the_graph_says() -> None:
     """The one interpreter: importing the server (both views) and the interop modules loads
     only package modules the graph reaches from them, no training, no viz, no matplotlib.
     It checks the reading above against Python's own (an import the parser missed shows here)."""
-    starts = ["transformer_mt.server.app", *modules_of(GRAPH, "interop")]
+    starts = ["transformer_mt.server.app", *modules_of(import_graph(), "interop")]
     code = (f"import sys\nfor m in {starts!r}: __import__(m)\n"
             "print(' '.join(m for m in sys.modules if m.startswith(('transformer_mt', 'matplotlib'))))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
-    expected = set(starts).union(*(reachable(GRAPH, m) for m in starts)) | {ROOT}
+    expected = set(starts).union(*(reachable(import_graph(), m) for m in starts)) | {ROOT}
     assert set(starts) <= loaded
     assert loaded <= expected, f"loaded but not in the graph: {sorted(loaded - expected)}"
     assert not {m for m in loaded if m.startswith(("transformer_mt.training", "transformer_mt.viz", "matplotlib"))}
