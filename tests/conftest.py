@@ -33,6 +33,21 @@ TINY_RUN_STEPS = 400  # training steps of the shared tiny_run: the tiny preset's
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 
+# The files that take longest, first (seconds on a 2-core EPYC under two workers: 39-45, then 17-33):
+# xdist hands a file to whichever worker is free, in collection order, so the workers end together
+# instead of one waiting while the other runs a long file last.
+SLOWEST_FIRST = ("integration/test_marian_import.py", "integration/test_language_model_run.py",
+                 "integration/test_ctranslate2_export.py", "integration/test_learner_run.py",
+                 "unit/test_check_cases.py", "integration/test_ddp.py", "integration/test_server.py",
+                 "integration/test_check_cli.py", "integration/test_readme.py", "integration/test_annotated_import.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(SLOWEST_FIRST)}
+    tests = Path(__file__).resolve().parent
+    items.sort(key=lambda item: rank.get(item.path.resolve().relative_to(tests).as_posix(), len(rank)))
+
+
 def tiny_config(**overrides: object):
     """The `tiny` preset (copy task) with dotted overrides, e.g. train__max_steps=50."""
     return load_config("tiny", [f"--{k.replace('__', '.')}={v}" for k, v in overrides.items()])

@@ -65,7 +65,7 @@ MISTAKES = [
     # a builder that ignores the sizes it is given
     Mistake(Case("ignores_sizes", "annotated", (
         ("    attn = MultiHeadedAttention(h, d_model, dropout)\n",
-         "    d_model, d_ff = 256, 1024\n    attn = MultiHeadedAttention(h, d_model, dropout)\n"),)),
+         "    d_model, d_ff = 128, 512\n    attn = MultiHeadedAttention(h, d_model, dropout)\n"),)),
         TRAINED, ("parameters", "the preset's own model has", "ignores")),
     # prints at import and in forward
     Mistake(Case("prints", "annotated", (
