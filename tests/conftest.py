@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 import torch
@@ -34,8 +34,9 @@ MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 
 # The files that take longest, first (seconds on a 2-core EPYC under two workers: 39-45, then 17-33):
-# xdist hands a file to whichever worker is free, in collection order, so the workers end together
-# instead of one waiting while the other runs a long file last.
+# xdist hands a file to whichever worker is free, in collection order (--no-loadscope-reorder: not by
+# its count of tests), so the workers end together instead of one waiting while the other runs a long
+# file last.
 SLOWEST_FIRST = ("integration/test_marian_import.py", "integration/test_language_model_run.py",
                  "integration/test_ctranslate2_export.py", "integration/test_learner_run.py",
                  "unit/test_check_cases.py", "integration/test_ddp.py", "integration/test_server.py",
@@ -51,6 +52,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def tiny_config(**overrides: object):
     """The `tiny` preset (copy task) with dotted overrides, e.g. train__max_steps=50."""
     return load_config("tiny", [f"--{k.replace('__', '.')}={v}" for k, v in overrides.items()])
+
+
+@pytest.fixture(autouse=True)
+def threads_kept() -> Iterator[None]:
+    """torch's thread count as it was before each test (a benchmark's main() sets its own): the
+    next test on this worker runs on the worker's one thread."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def shared(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
