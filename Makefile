@@ -1,6 +1,6 @@
 # transformer-mt: every target creates the virtual environment on first use.
 #   make demo       train and translate the built-in English -> German numbers task (~5 min)
-#   make test       the whole test suite (4-6 minutes on a 2-core Xeon, up to 9 on slower 2-core hosts), the 15 slowest listed
+#   make test       the whole test suite on two pytest-xdist workers (about 4 minutes on a 2-core EPYC), the 15 slowest listed
 #   make bench      the quick benchmarks
 #   make browser    install Debian's chromium + chromedriver for the browser test (as root)
 
