@@ -1,4 +1,4 @@
-"""`transformer-mt import marian`: a small Hugging Face MarianMTModel with every weight
+"""`transformer-mt import marian`: a small Hugging Face transformers.MarianMTModel with every weight
 perturbed, imported and compared with transformers itself (the reference): token ids,
 logits on a padded batch, greedy and beam search outputs; an fp16 pytorch_model.bin;
 what is refused; every feature on the imported run; fine-tuning it."""
@@ -15,8 +15,6 @@ import sentencepiece as spm
 import torch
 
 transformers = pytest.importorskip("transformers", reason="the reference needs transformers (the interop extra)")
-from transformers import MarianConfig, MarianMTModel  # noqa: E402
-from transformers import MarianTokenizer as HFMarianTokenizer  # noqa: E402
 
 from test_finetune import digest, loss_on  # noqa: E402  (the measures the fine-tuning of ordinary runs uses)
 
@@ -61,7 +59,7 @@ def train_spm(lines: list[str], path: Path) -> list[str]:
     return [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
 
 
-def perturb(model: MarianMTModel, seed: int) -> None:
+def perturb(model: transformers.MarianMTModel, seed: int) -> None:
     """Noise on every weight, bias, LayerNorm and final_logits_bias (HF's init leaves many
     trivial, which hides mapping bugs)."""
     gen = torch.Generator().manual_seed(seed)
@@ -72,7 +70,7 @@ def perturb(model: MarianMTModel, seed: int) -> None:
         model.final_logits_bias.add_(torch.randn(model.final_logits_bias.shape, generator=gen))
 
 
-def teach(model: MarianMTModel, tok: HFMarianTokenizer, steps: int = 300) -> None:
+def teach(model: transformers.MarianMTModel, tok: transformers.MarianTokenizer, steps: int = 300) -> None:
     """A few Adam steps on the word-for-word task, so that outputs end at various lengths
     (a random model ends all at once or never), as Hugging Face trains: labels, pad -> -100."""
     src, tgt = corpus(512, seed=2)
@@ -89,7 +87,7 @@ def teach(model: MarianMTModel, tok: HFMarianTokenizer, steps: int = 300) -> Non
     model.eval()
 
 
-def write_marian(folder: Path, seed: int = 0, teach_steps: int = 300, **config: object) -> MarianMTModel:
+def write_marian(folder: Path, seed: int = 0, teach_steps: int = 300, **config: object) -> transformers.MarianMTModel:
     """A Marian model folder as OPUS-MT models are published, and the model (fp32, eval),
     taught `teach_steps` steps (0: perturbed only, for a test of logits alone)."""
     folder.mkdir(parents=True)
@@ -107,7 +105,7 @@ def write_marian(folder: Path, seed: int = 0, teach_steps: int = 300, **config: 
                     share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
     settings.update(config)
     torch.manual_seed(seed)
-    model = MarianMTModel(MarianConfig(**settings))
+    model = transformers.MarianMTModel(transformers.MarianConfig(**settings))
     perturb(model, seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one rounding whatever the process's thread count: the same reference everywhere
@@ -122,20 +120,20 @@ def write_marian(folder: Path, seed: int = 0, teach_steps: int = 300, **config: 
     return reference(folder)
 
 
-def reference(folder: Path) -> MarianMTModel:
+def reference(folder: Path) -> transformers.MarianMTModel:
     """The model as transformers reads the folder (its generation config included: pad banned)."""
-    model = MarianMTModel.from_pretrained(folder).eval()
+    model = transformers.MarianMTModel.from_pretrained(folder).eval()
     assert model.generation_config.bad_words_ids == [[model.config.pad_token_id]]
     return model
 
 
-def hf_tokenizer(folder: Path) -> HFMarianTokenizer:
-    return HFMarianTokenizer(source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"),
+def hf_tokenizer(folder: Path) -> transformers.MarianTokenizer:
+    return transformers.MarianTokenizer(source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"),
                              vocab=str(folder / "vocab.json"))
 
 
 @pytest.fixture(scope="module")
-def marian(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, MarianMTModel, Path]:
+def marian(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, transformers.MarianMTModel, Path]:
     """(the Hugging Face folder, the reference model, the imported run). Among the suite's slowest
     (~15 s): the reference is taught 300 steps, so that its greedy outputs and n-best lists differ
     from sentence to sentence as a published model's do (an untaught one repeats one token)."""
@@ -166,14 +164,14 @@ def test_positions_equal_marian_sinusoid(marian) -> None:
     model = marian[1]
     table = model.model.encoder.embed_positions.weight.detach()
     torch.testing.assert_close(sinusoidal_encoding(128, 32, "halves"), table, atol=1e-6, rtol=0)
-    odd = MarianMTModel(MarianConfig(vocab_size=10, d_model=33, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=8,
+    odd = transformers.MarianMTModel(transformers.MarianConfig(vocab_size=10, d_model=33, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=8,
                                      decoder_ffn_dim=8, encoder_attention_heads=3, decoder_attention_heads=3,
                                      max_position_embeddings=50, pad_token_id=9, decoder_start_token_id=9))
     table = odd.model.decoder.embed_positions.weight.detach()
     torch.testing.assert_close(sinusoidal_encoding(50, 33, "halves"), table, atol=1e-6, rtol=0)
 
 
-def reference_logits(model: MarianMTModel, tok: HFMarianTokenizer, lines: list[str], targets: list[str]):
+def reference_logits(model: transformers.MarianMTModel, tok: transformers.MarianTokenizer, lines: list[str], targets: list[str]):
     batch = tok(lines, padding=True, return_tensors="pt")
     pad = model.config.pad_token_id
     labels = [ids[:-1] for ids in tok(text_target=targets).input_ids]  # without eos: decoder inputs after start
@@ -205,7 +203,7 @@ def test_logits_equal_on_a_padded_batch(marian) -> None:
     torch.testing.assert_close(log_probs, theirs.log_softmax(-1), atol=1e-5, rtol=0)  # the bos row takes nothing
 
 
-def generate(model: MarianMTModel, tok: HFMarianTokenizer, lines: list[str], **kw) -> list[tuple[list[int], bool, float]]:
+def generate(model: transformers.MarianMTModel, tok: transformers.MarianTokenizer, lines: list[str], **kw) -> list[tuple[list[int], bool, float]]:
     batch = tok(lines, padding=True, return_tensors="pt")
     out = model.generate(**batch, max_new_tokens=MAX_NEW, do_sample=False, return_dict_in_generate=True,
                          output_scores=True, **kw)
@@ -275,7 +273,7 @@ def test_fp16_pytorch_model_bin(tmp_path: Path, marian) -> None:
     shutil.copytree(folder, tmp_path / "hf", ignore=shutil.ignore_patterns("model.safetensors"))
     torch.save({k: v.half() for k, v in model.state_dict().items()}, tmp_path / "hf" / "pytorch_model.bin")
     import_marian(tmp_path / "hf", tmp_path / "run")
-    rounded = MarianMTModel(model.config).eval()
+    rounded = transformers.MarianMTModel(model.config).eval()
     rounded.load_state_dict({k: v if "embed_positions" in k else v.half().float() for k, v in model.state_dict().items()})
     targets = ["das haus", "ein baum"]
     src, dec, theirs = reference_logits(rounded, hf_tokenizer(folder), SENTENCES[:2], targets)
