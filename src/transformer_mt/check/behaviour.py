@@ -19,6 +19,7 @@ from transformer_mt.check.subject import Subject, changed_everywhere
 from transformer_mt.learner.building import BATCH, SRC_LEN, SRC_LENGTHS, TGT_LEN, TGT_LENGTHS, padded
 
 MakeMasks = Callable[[torch.Tensor, torch.Tensor], MaskPair]
+PAD_FIX = "take the padding id as a parameter of your mask function (the toolkit passes its own, 0)"
 
 
 def leaks_future(subject: Subject, make: MakeMasks) -> tuple[int, float] | None:
@@ -121,6 +122,8 @@ def mask(subject: Subject) -> Outcome:
     if not subject.masks.functions:
         raise NotChecked("the file has no mask function of its own to check (create_masks, make_std_mask, "
                          "subsequent_mask or nopeak_mask)")
+    if subject.masks.pad_problem:  # every token of that id hidden: the look-ahead part too looks wrong
+        return failed(subject.masks.pad_problem, PAD_FIX)
     encoding = model_encoding(subject)
     src_mask, _ = subject.masks.make(padded(subject.src, SRC_LENGTHS), subject.tgt)
     _, tgt_mask = subject.masks.make(subject.src, subject.tgt)
@@ -168,7 +171,7 @@ def causal(subject: Subject) -> Outcome:
 
 def padding(subject: Subject) -> Outcome:
     if subject.masks.pad_problem:
-        return failed(subject.masks.pad_problem, "take the padding id as a parameter of your mask function")
+        return failed(subject.masks.pad_problem, PAD_FIX)
     leak = leaks_padding(subject, subject.masks.make)
     if leak is None:
         return passed("real positions do not change when only padded tokens change, in the source and the target")
