@@ -84,7 +84,10 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     trained model does (tests/integration/test_copy_task.py checks that it does)."""
     from transformer_mt.training import fit
 
-    run = shared(tmp_path_factory, "tiny_run", lambda folder: fit(tiny_config(), folder / "run", progress=False)) / "run"
+    def build(folder: Path) -> None:
+        fit(tiny_config(), folder / "run", progress=False)
+
+    run = shared(tmp_path_factory, "tiny_run", build) / "run"
     assert load_config(run / "config.yaml").train.max_steps == TINY_RUN_STEPS
     return run
 
@@ -119,7 +122,8 @@ def ddp_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproce
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         command = [part.replace("PORT", str(port)) for part in node] + [str(out)]
-        logs = [out / f"node{n}.log" for n in range(WORLD_SIZE)]  # files, not pipes: neither launcher waits on a full one
+        # files, not pipes: neither launcher waits on a full one
+        logs = [out / f"node{n}.log" for n in range(WORLD_SIZE)]
         nodes = []
         for log in logs:
             with open(log, "w", encoding="utf-8") as stderr:

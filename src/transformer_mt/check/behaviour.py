@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from transformer_mt.common.specials import PAD_ID
-from transformer_mt.learner.faults import DROPOUT_FIX, backward_problem, eval_dropout_message
+from transformer_mt.learner.faults import DROPOUT_FIX, EVAL_RANDOM, EVAL_RANDOM_FIX, eval_dropout_message
 from transformer_mt.learner.masks import ENCODINGS, MaskPair, kit_masks, may_attend, squeezed
 from transformer_mt.learner.recording import attention_calls, attention_role, first_difference, record
 from transformer_mt.check.result import NotChecked, Outcome, difference, differs, failed, passed
@@ -248,8 +248,7 @@ def dropout(subject: Subject) -> Outcome:
     if subject.built.eval_dropout:
         return failed(eval_dropout_message(subject.path, subject.built.eval_dropout), DROPOUT_FIX)
     if subject.built.eval_random:
-        return failed("in eval mode two passes over the same batch differ with every dropout off: the model draws "
-                      "random numbers in eval mode", "draw random numbers only where self.training is True")
+        return failed(EVAL_RANDOM, EVAL_RANDOM_FIX)
     src, tgt = padded(subject.src, SRC_LENGTHS), subject.tgt
     first, second = subject.forward(src, tgt), subject.forward(src, tgt)
     if differs(first, second):
@@ -278,8 +277,7 @@ def dropout(subject: Subject) -> Outcome:
 
 def gradients(subject: Subject) -> Outcome:
     model = subject.model
-    src = padded(subject.src, SRC_LENGTHS)
-    if problem := backward_problem(lambda: subject.forward(src, subject.tgt), model, subject.path):
+    if problem := subject.built.backward_problem():
         return failed(problem, "write the operation out of place (x = x + y, not x += y)")
     parameters = {name: p for name, p in subject.parameters().items() if p.requires_grad}
     for p in parameters.values():

@@ -53,7 +53,8 @@ def trained(subject: Subject) -> tuple[int, float, float, float]:
     """(steps, held-out exact match, the last steps' mean loss, seconds): Adam on the copy task
     until the model copies EXACT of the held-out sequences (decoded every EVALUATE_EVERY steps) or
     for STEPS steps. The learning rate warms up over WARMUP steps, then falls to 0 at STEPS."""
-    model = build_learner(subject.module, LearnerSource(subject.path, subject.name, subject.masks.encoding), SIZES, SEED)
+    source = LearnerSource(subject.path, subject.name, subject.masks.encoding)
+    model = build_learner(subject.module, source, SIZES, SEED)
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.98), eps=1e-9)
     generator = torch.Generator().manual_seed(SEED)
     held_out = copy_batch(HELD_OUT, torch.Generator().manual_seed(12345))

@@ -99,7 +99,7 @@ def prepare(subject: Subject) -> None:
     with torch.no_grad():
         encoding = behaviour.model_encoding(subject)
     if encoding not in (None, "attend"):
-        subject.masks = subject.built.masks = masks_for(subject.module, subject.sizes, encoding)
+        subject.built.masks = masks_for(subject.module, subject.sizes, encoding)
 
 
 def run_one(subject: Subject, check: Check) -> Outcome:

@@ -27,22 +27,43 @@ def changed_everywhere(ids: torch.Tensor, vocab: int) -> torch.Tensor:
 
 @dataclass
 class Subject:
-    """The learner's model, freshly built (`built`, as training builds it), with its convention,
-    its masks and the batch the checks feed it. `notes` are what the kit did that the report
-    must say."""
+    """The learner's model as training builds it (`built`: its builder, convention, sizes and
+    masks are its own), and the batch the checks feed it. `notes` are what the kit did that the
+    report must say."""
 
     path: Path
-    name: str
     module: types.ModuleType
-    builder: Callable[..., Any]
-    model: nn.Module
-    convention: Convention
-    sizes: Sizes
-    call: str
-    masks: MaskSource
     built: LearnerModel
     notes: list[str] = field(default_factory=list)
     cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.built.name
+
+    @property
+    def builder(self) -> Callable[..., Any]:
+        return self.built.builder
+
+    @property
+    def model(self) -> nn.Module:
+        return self.built.learner
+
+    @property
+    def convention(self) -> Convention:
+        return self.built.convention
+
+    @property
+    def sizes(self) -> Sizes:
+        return self.built.sizes
+
+    @property
+    def call(self) -> str:
+        return self.built.call
+
+    @property
+    def masks(self) -> MaskSource:
+        return self.built.masks
 
     @property
     def src(self) -> torch.Tensor:
@@ -60,6 +81,7 @@ class Subject:
         if self.built.eval_random and not self.model.training:
             torch.manual_seed(0)
         return self.built.teacher_forced(src, tgt, masks)
+
     def recorded(self) -> list[Call]:
         """Every module call of one pass over the padded batch, recorded once."""
         if "pass" not in self.cache:
@@ -86,5 +108,4 @@ def subject_of(module: types.ModuleType, path: Path, name: str | None = None, si
     model as training does (learner/model.py::build_learner), its draws from seed 0."""
     built = build_learner(module, LearnerSource(path, name), sizes, seed=0)
     built.learner.eval()
-    return Subject(path, built.name, module, built.builder, built.learner, built.convention, built.sizes, built.call,
-                   built.masks, built, list(built.notes))
+    return Subject(path, module, built, list(built.notes))

@@ -6,7 +6,8 @@ translates, serves and resumes through it (runs/, inference/, training/ sit abov
 
     learner/loading.py       their file imported (no bytecode, a time limit), NAME found; one-line errors
     learner/building.py      NAME called with the arguments its signature takes, at given sizes; the probe batch
-    learner/conventions.py   the two conventions, each owning its passes: encode/decode/generator, or forward(src, trg, masks)
+    learner/conventions.py   the two conventions, each owning its passes: encode/decode/generator, or
+                             forward(src, trg, masks)
     learner/masks.py         their mask functions (and the padding id they hide), or the kit's masks in their encoding
     learner/faults.py        what PyTorch runs and training cannot take: state outside the state_dict, sequence-first
                              modules, dropout in eval mode, a failing backward pass, a tuple out

@@ -20,6 +20,7 @@ from torch import nn
 from transformer_mt.common.errors import UserError
 from transformer_mt.learner.faults import taken
 
+
 class Convention:
     """A convention owns every pass of a learner's model: the teacher-forced one (`states`, then
     `scores`), the one as their code returns it (`as_written`, for the report), and the two halves

@@ -31,7 +31,8 @@ from transformer_mt.learner.loading import described, located
 
 INTERNAL = frozenset(vars(nn.Module()))  # nn.Module's own attributes (_parameters, _modules, training, ...)
 CONTAINERS = {list: ("list", "nn.ModuleList"), tuple: ("tuple", "nn.ModuleList"), dict: ("dict", "nn.ModuleDict")}
-DROPOUTS = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout)
+DROPOUTS = {f: inspect.signature(f) for f in (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+                                             F.feature_alpha_dropout)}  # read once: decoding calls them every step
 
 
 def line_in_stack(path: Path) -> int | None:
@@ -79,9 +80,10 @@ def unregistered_state(model: nn.Module, path: Path) -> str | None:
                 continue
             where = located(path, assignment_line(type(module), attribute, path))
             qualified = f"{owner}.{attribute}" + (f" ({name}.{attribute})" if name else "")
-            if isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad and id(value) not in parameters:
-                return (f"{where}: {qualified} is a tensor with requires_grad, not an nn.Parameter: the optimizer never "
-                        f"sees it and the run's weights leave it out; write self.{attribute} = nn.Parameter(...)")
+            trainable = isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad
+            if trainable and id(value) not in parameters:
+                return (f"{where}: {qualified} is a tensor with requires_grad, not an nn.Parameter: the optimizer "
+                        f"never sees it and the run's weights leave it out; write self.{attribute} = nn.Parameter(...)")
             kind = next((CONTAINERS[t] for t in CONTAINERS if isinstance(value, t)), None)
             if kind is None:
                 continue
@@ -142,7 +144,7 @@ class DropoutInEval(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in DROPOUTS:
-            bound = inspect.signature(func).bind(*args, **kwargs)
+            bound = DROPOUTS[func].bind(*args, **kwargs)
             bound.apply_defaults()
             if bound.arguments["training"]:
                 self.lines.append(line_in_stack(self.path))
@@ -167,6 +169,9 @@ def eval_dropout_message(path: Path, lines: list[int | None]) -> str:
 
 
 DROPOUT_FIX = "pass training=self.training (F.dropout(x, p, training=self.training)), or use an nn.Dropout module"
+EVAL_RANDOM = ("in eval mode two passes over the same batch differ even with every dropout off: the model draws random "
+               "numbers in eval mode")
+EVAL_RANDOM_FIX = "draw random numbers only where self.training is True"
 
 
 # ---- the backward pass ----------------------------------------------------------------------------

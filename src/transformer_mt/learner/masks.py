@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import inspect
 import types
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch

@@ -38,10 +38,10 @@ from torch.overrides import TorchFunctionMode
 from transformer_mt.common.config import ModelConfig
 from transformer_mt.common.errors import UserError
 from transformer_mt.common.specials import PAD_ID
-from transformer_mt.learner.building import BATCH, SRC_LEN, TGT_LEN, Sizes, build, probe_batch
+from transformer_mt.learner.building import BATCH, SRC_LEN, SRC_LENGTHS, TGT_LEN, Sizes, build, padded, probe_batch
 from transformer_mt.learner.conventions import Convention, convention_of
-from transformer_mt.learner.faults import (DropoutInEval, batch_first_fed, eval_dropout_message, sequence_first_message,
-                                           sequence_first_modules, taken, tuple_note)
+from transformer_mt.learner.faults import (DropoutInEval, backward_problem, batch_first_fed, eval_dropout_message,
+                                           sequence_first_message, sequence_first_modules, taken, tuple_note)
 from transformer_mt.learner.loading import described, find_builder, line_in, located
 from transformer_mt.learner.masks import MaskSource, masks_for
 from transformer_mt.learner.recording import attention_calls, attention_role, record
@@ -134,16 +134,23 @@ class LearnerModel(nn.Module):
         return (DropoutInEval(self.source.path) if self.eval_dropout and not self.learner.training
                 else contextlib.nullcontext())
 
-    def teacher_forced(self, src: torch.Tensor, tgt: torch.Tensor, masks: tuple[Any, Any] | None = None) -> torch.Tensor:
+    def teacher_forced(self, src: torch.Tensor, tgt: torch.Tensor,
+                       masks: tuple[Any, Any] | None = None) -> torch.Tensor:
         """One teacher-forced pass of their model (B, T, tgt_vocab), with their masks or `masks`."""
         src_mask, tgt_mask = masks if masks is not None else self.masks.make(src, tgt)
         with self.eval_mode():
             return self.convention.run(self.learner, src, tgt, src_mask, tgt_mask)
 
+    def backward_problem(self) -> str | None:
+        """One line when a training pass's backward on the padded probe batch fails (faults.py)."""
+        src, tgt = probe_batch(self.sizes)
+        return backward_problem(lambda: self.teacher_forced(padded(src, SRC_LENGTHS), tgt), self.learner,
+                                self.source.path)
+
     def probe(self) -> None:
         """Run their model once on the probe batch in eval mode: a model that raises, or that feeds
         batch-first tensors to a module built sequence-first, is one line (UserError); a tuple out
-        and a dropout that drops in eval mode are noted, and a second pass tells whether eval mode
+        and a dropout that drops in eval mode are noted, and two more passes tell whether eval mode
         is deterministic with that dropout off."""
         path, (src, tgt) = self.source.path, probe_batch(self.sizes)
         training = self.learner.training
@@ -165,6 +172,8 @@ class LearnerModel(nn.Module):
                                       "mode, as model.eval() would, so its translations are deterministic")
                 note = tuple_note(out, f"{self.name or 'the model'}'s {self.convention.name} output")
                 self.notes += [note] if note else []
+                # not `out`: that pass ran under hooks and a function mode, which keep nn.Transformer off its
+                # fast path, whose rounding differs
                 first = self.teacher_forced(src, tgt)
                 torch.manual_seed(1)
                 self.eval_random = not torch.equal(first.nan_to_num(), self.teacher_forced(src, tgt).nan_to_num())
@@ -409,8 +418,8 @@ def output_fits(model: LearnerModel, path: Path) -> None:
     vocab = model.sizes.tgt_vocab
     if out.dim() != 3 or tuple(out.shape[:2]) != (BATCH, TGT_LEN) or out.size(-1) != vocab:
         raise UserError(f"{path}: the model's output for {BATCH} sentences of {TGT_LEN} target tokens has shape "
-                        f"{tuple(out.shape)}, not ({BATCH}, {TGT_LEN}, {vocab}): training needs a score for each of the "
-                        f"{vocab} target tokens at every position (the last dimension is the target vocabulary)")
+                        f"{tuple(out.shape)}, not ({BATCH}, {TGT_LEN}, {vocab}): training needs a score for each "
+                        f"of the {vocab} target tokens at every position (the last dimension is the target vocabulary)")
 
 
 DEVICE_WORDS = ("cuda", "device", "expected all tensors to be on the same")

@@ -361,7 +361,8 @@ def keep_learner_file(run: RunDir, source: LearnerSource, original: Path, import
     with atomic_path(run.learner_file) as tmp:
         tmp.write_bytes(data)
     record = {"file": str(original.resolve()), "name": source.name, "sha256": sha256_of(data),
-              "encoding": source.encoding, "imports": [str(relative) for relative in imports], "longest": source.longest}
+              "encoding": source.encoding, "imports": [str(relative) for relative in imports],
+              "longest": source.longest}
     atomic_write_text(run.learner_record, json.dumps(record, indent=2) + "\n")
 
 

@@ -16,6 +16,7 @@ import math
 import types
 from dataclasses import dataclass, replace
 from pathlib import Path
+
 import torch
 
 from transformer_mt.check.behaviour import output_kind
@@ -25,8 +26,8 @@ from transformer_mt.check.subject import Subject, subject_of
 from transformer_mt.common.config import Config
 from transformer_mt.common.device import autocast, resolve_precision
 from transformer_mt.common.errors import UserError
-from transformer_mt.learner.building import SRC_LENGTHS, Sizes, padded, probe_batch, size_of
-from transformer_mt.learner.faults import backward_problem, unregistered_state
+from transformer_mt.learner.building import Sizes, size_of
+from transformer_mt.learner.faults import EVAL_RANDOM, EVAL_RANDOM_FIX, unregistered_state
 from transformer_mt.learner.loading import load_file, split_target, their_imports
 from transformer_mt.learner.model import (LearnerModel, LearnerSource, build_learner, longest_run, output_fits,
                                           raised_message, sizes_for)
@@ -85,14 +86,10 @@ def untrainable(model: LearnerModel, path: Path, sizes: Sizes) -> str | None:
     """One line when their model as built cannot be trained right, whatever the checks say: state
     outside its state_dict, a padding id of its own, a backward pass that fails, an eval mode that
     is not deterministic with dropout off, other vocabularies than the run's; else None."""
-    src, tgt = probe_batch(model.sizes)
-    if problem := (unregistered_state(model.learner, path) or model.masks.pad_problem
-                   or backward_problem(lambda: model.teacher_forced(padded(src, SRC_LENGTHS), tgt), model.learner, path)):
+    if problem := unregistered_state(model.learner, path) or model.masks.pad_problem or model.backward_problem():
         return problem
     if model.eval_random:
-        return (f"{path}: in eval mode two passes over the same batch differ even with every dropout off (random "
-                "numbers drawn in forward?): its translations could not be deterministic; draw them only where "
-                "self.training is True")
+        return f"{path}: {EVAL_RANDOM}: its translations could not be deterministic; {EVAL_RANDOM_FIX}"
     if (model.sizes.src_vocab, model.sizes.tgt_vocab) != (sizes.src_vocab, sizes.tgt_vocab):
         one = any(size_of(name) == "vocab" for name in inspect.signature(model.builder).parameters)
         why = (f"{model.name} takes one vocabulary size" if one else
